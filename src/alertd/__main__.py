@@ -1,0 +1,5 @@
+"""`python -m alertd` is the `alertd` command."""
+
+from alertd.cli import main
+
+raise SystemExit(main())

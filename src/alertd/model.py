@@ -1,0 +1,169 @@
+"""Frozen value types shared by every part of alertd.
+
+Time in the core is a float: seconds since the Unix epoch, UTC. The one clock object
+(`alertd.clock.SystemClock`) is the only reader of the wall clock; everything else is given
+`now` as an argument. Values keep NaN and +-Inf: they are the most important readings here.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+Labels = tuple[tuple[str, str], ...]
+"""Sorted (name, value) pairs: hashable and cheap to compare."""
+
+
+def make_labels(labels: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> Labels:
+    """Return labels in their canonical, sorted form, dropping empty values."""
+    items = labels.items() if isinstance(labels, Mapping) else labels
+    return tuple(sorted((str(k), str(v)) for k, v in items if v is not None and v != ""))
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesKey:
+    """One time series: a metric name and its labels (`source`, `run`, `gpu`, ...)."""
+
+    metric: str
+    labels: Labels = ()
+
+    def label(self, name: str) -> str | None:
+        """Return the value of label `name`, or None."""
+        for k, v in self.labels:
+            if k == name:
+                return v
+        return None
+
+    def label_dict(self) -> dict[str, str]:
+        """The labels as a new dict."""
+        return dict(self.labels)
+
+    def __str__(self) -> str:
+        inner = ",".join(f'{k}="{v}"' for k, v in self.labels)
+        return f"{self.metric}{{{inner}}}"
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One reading: `time` in epoch seconds (UTC), `step` None where the source has none (NVML)."""
+
+    series: SeriesKey
+    time: float
+    step: int | None
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """A series whose step went backwards: the run resumed from a checkpoint."""
+
+    series: SeriesKey
+    time: float
+    from_step: int
+    to_step: int
+    dropped: int
+
+
+class AlertState(enum.Enum):
+    """The states of one alert, as in Prometheus."""
+
+    INACTIVE = "inactive"
+    PENDING = "pending"
+    FIRING = "firing"
+
+
+class TransitionKind(enum.Enum):
+    """What a transition reports; `resolved` is firing -> inactive, `inactive` is pending -> inactive."""
+
+    PENDING = "pending"
+    FIRING = "firing"
+    RESOLVED = "resolved"
+    INACTIVE = "inactive"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A change of state of one alert (one rule on one series) at one instant."""
+
+    rule: str
+    state: TransitionKind
+    time: float
+    step: int | None
+    value: float
+    labels: Labels
+    severity: str
+    annotations: tuple[tuple[str, str], ...] = ()
+    active_at: float | None = None
+    notify: tuple[str, ...] = field(default=())
+
+    @property
+    def fingerprint(self) -> str:
+        """A stable identity of the alert (rule and labels), as Alertmanager's fingerprint."""
+        return alert_fingerprint(self.rule, self.labels)
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """An alert that is pending or firing now."""
+
+    rule: str
+    state: AlertState
+    labels: Labels
+    severity: str
+    value: float
+    step: int | None
+    time: float
+    active_at: float
+    fired_at: float | None
+    annotations: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def fingerprint(self) -> str:
+        """A stable identity of the alert (rule and labels)."""
+        return alert_fingerprint(self.rule, self.labels)
+
+
+def alert_fingerprint(rule: str, labels: Labels) -> str:
+    """A 16-hex-digit FNV-1a hash of the rule and its labels: stable across runs and machines."""
+    h = 0xCBF29CE484222325
+    for part in (rule, *(f"{k}\x00{v}" for k, v in labels)):
+        for byte in part.encode() + b"\xff":
+            h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def format_value(value: float) -> str | float:
+    """JSON form of a value: a number, or the string NaN, +Inf or -Inf."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return value
+
+
+def format_time(t: float) -> str:
+    """RFC 3339 UTC with a Z; milliseconds only where the instant has them."""
+    dt = datetime.fromtimestamp(t, tz=UTC)
+    if dt.microsecond:
+        return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """What one receiver is sent for one group of alerts.
+
+    `status` is `firing` when any alert in the group fires, else `resolved`. `key` is the idempotency
+    key (group fingerprint + start time + state) that lets a receiver drop a repeat.
+    """
+
+    receiver: str
+    group_key: str
+    group_labels: Labels
+    status: str
+    alerts: tuple[Transition, ...]
+    key: str
+    created: float

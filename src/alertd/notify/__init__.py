@@ -1,0 +1,1 @@
+"""Notifiers: each delivers a Notification to one kind of receiver."""

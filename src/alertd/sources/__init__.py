@@ -1,0 +1,1 @@
+"""Sources: each polls one kind of data and returns normalised samples."""
