@@ -1,0 +1,53 @@
+"""The rules-file models of each source type (`sources:` entries)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr
+
+from alertd.config_types import Duration, SourceConfigBase
+
+
+class TensorBoardConfig(SourceConfigBase):
+    """Tails every event file under `logdir`, recursively. A logdir not there yet is waited for."""
+
+    type: Literal["tensorboard"]
+    logdir: str
+
+
+class NvmlConfig(SourceConfigBase):
+    """Reads the local GPUs through NVML. No library or driver: disabled with one warning."""
+
+    type: Literal["nvml"]
+    interval: Duration = 2.0
+    devices: list[int] | None = None
+
+
+class WandbConfig(SourceConfigBase):
+    """Polls a W&B project's runs over the GraphQL API. The key comes from WANDB_API_KEY."""
+
+    type: Literal["wandb"]
+    interval: Duration = 30.0
+    project: str = Field(pattern=r"^[^/\s]+/[^/\s]+$")
+    runs: Literal["running", "all"] | list[str] = "running"
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+
+
+class WandbDirConfig(SourceConfigBase):
+    """Reads local `.wandb` run files (offline or live runs) under `path`."""
+
+    type: Literal["wandb_dir"]
+    interval: Duration = 5.0
+    path: str
+
+
+class SamplesConfig(SourceConfigBase):
+    """Tails a JSON-lines file of samples (`{"metric", "labels", "time", "step", "value"}`)."""
+
+    type: Literal["samples"]
+    path: str
+
+
+SourceConfig = TensorBoardConfig | NvmlConfig | WandbConfig | WandbDirConfig | SamplesConfig
