@@ -23,7 +23,7 @@ class RouteConfig(Strict):
 
 
 class InhibitRuleConfig(Strict):
-    """While an alert matching `source_match` fires, alerts matching `target_match` with equal `equal` labels are muted."""
+    """While an alert matching `source_match` fires, matching targets with equal `equal` labels are muted."""
 
     source_match: dict[str, str] = Field(default_factory=dict)
     target_match: dict[str, str] = Field(default_factory=dict)

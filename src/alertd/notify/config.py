@@ -8,9 +8,7 @@ from pydantic import Field, SecretStr
 
 from alertd.config_types import Duration, Strict
 
-WebhookFormat = Literal[
-    "generic", "slack", "discord", "teams", "feishu", "dingtalk", "wecom", "telegram", "mattermost"
-]
+WebhookFormat = Literal["generic", "slack", "discord", "teams", "feishu", "dingtalk", "wecom", "telegram", "mattermost"]
 
 
 class LogConfig(Strict):

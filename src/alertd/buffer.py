@@ -1,0 +1,206 @@
+"""The series buffer: every sample of every series, bounded per series by age and by count.
+
+Each series keeps three parallel arrays (time and value as C doubles, step as a C long long), so a
+buffered sample costs 24 bytes plus the arrays' spare capacity. Old samples are evicted from the
+front by moving a start offset; the arrays are compacted once the dead prefix is large.
+
+A step that goes backwards means the run resumed from a checkpoint: the samples at and after the new
+step are dropped (the new history replaces them) and a `Restart` is returned to the caller, so the
+rules see a continuous history instead of a false spike.
+
+Positions: every sample has an absolute position in its series (0 for the first sample ever
+appended). Evicting from the front keeps positions; a restart cuts the tail, bumps the series'
+`generation` and records the cut, so a reader that remembers `(generation, position)` can tell
+exactly which samples are new to it.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from alertd.model import Restart, Sample, SeriesKey
+
+NO_STEP = -(2**63)
+"""The step stored for samples that have none (NVML)."""
+
+FINISHED_METRIC = "run.finished"
+"""A sample of this metric with value 1 marks its run (same `source` and `run` labels) as finished."""
+
+
+@dataclass(frozen=True, slots=True)
+class BufferLimits:
+    """How much history each series keeps: at most `max_samples`, none older than `max_age` seconds."""
+
+    max_samples: int = 1024
+    max_age: float = 6 * 3600.0
+
+
+class Series:
+    """One series' samples, oldest first. Read it through `times`, `values`, `steps` from `start` on."""
+
+    __slots__ = ("base", "cuts", "generation", "key", "start", "steps", "times", "values")
+
+    def __init__(self, key: SeriesKey) -> None:
+        self.key = key
+        self.times = array("d")
+        self.values = array("d")
+        self.steps = array("q")
+        self.start = 0
+        self.base = 0
+        self.generation = 0
+        self.cuts: list[tuple[int, int]] = []
+
+    def __len__(self) -> int:
+        return len(self.times) - self.start
+
+    @property
+    def end(self) -> int:
+        """The absolute position after the newest sample."""
+        return self.base + len(self.times) - self.start
+
+    def index(self, position: int) -> int:
+        """The array index of an absolute position."""
+        return self.start + position - self.base
+
+    def last_time(self) -> float | None:
+        """The time of the newest sample, if any."""
+        return self.times[-1] if len(self.times) > self.start else None
+
+    def step_at(self, i: int) -> int | None:
+        """The step at array index `i`, or None."""
+        s = self.steps[i]
+        return None if s == NO_STEP else s
+
+    def first_new(self, generation: int, position: int) -> int:
+        """The absolute position of the first sample a reader at (generation, position) has not seen."""
+        if generation != self.generation:
+            for gen, cut in self.cuts:
+                if gen > generation:
+                    position = min(position, cut)
+            if self.cuts and self.cuts[0][0] > generation + 1:
+                position = min(position, self.base)
+        return max(position, self.base)
+
+    def append(self, time: float, step: int | None, value: float) -> Restart | None:
+        """Add one sample; return a Restart if its step went backwards."""
+        restart = None
+        s = NO_STEP if step is None else step
+        if s != NO_STEP and len(self.steps) > self.start and s < self.steps[-1] != NO_STEP:
+            restart = self._cut(time, s)
+        self.times.append(time)
+        self.values.append(value)
+        self.steps.append(s)
+        return restart
+
+    def _cut(self, time: float, step: int) -> Restart:
+        last = self.steps[-1]
+        i = bisect_left(self.steps, step, lo=self.start)
+        dropped = len(self.steps) - i
+        del self.times[i:], self.values[i:], self.steps[i:]
+        self.generation += 1
+        self.cuts.append((self.generation, self.base + i - self.start))
+        del self.cuts[:-16]
+        return Restart(self.key, time, last, step, dropped)
+
+    def evict(self, limits: BufferLimits, now: float) -> None:
+        """Drop samples beyond the count limit and older than the age limit."""
+        n = len(self.times)
+        drop = max(0, n - self.start - limits.max_samples)
+        horizon = now - limits.max_age
+        first = self.start + drop
+        if first < n and self.times[first] < horizon:
+            first = max(first, bisect_left(self.times, horizon, lo=first))
+            first = min(first, n - 1)  # Keep the newest sample: `absent` needs its time.
+        if first > self.start:
+            self.base += first - self.start
+            self.start = first
+        if self.start > 256 and self.start * 2 > n:
+            del self.times[: self.start], self.values[: self.start], self.steps[: self.start]
+            self.start = 0
+
+    def nbytes(self) -> int:
+        """Bytes held by the arrays (allocated capacity is close to this)."""
+        return sum(a.buffer_info()[1] * a.itemsize for a in (self.times, self.values, self.steps))
+
+
+class SeriesBuffer:
+    """All series, by key. Single writer; rule evaluation only reads it."""
+
+    def __init__(self, limits: BufferLimits | None = None) -> None:
+        self.limits = limits or BufferLimits()
+        self._series: dict[SeriesKey, Series] = {}
+        self._finished: dict[tuple[str | None, str | None], float] = {}
+        self.version = 0
+        self._changed: dict[SeriesKey, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._series)
+
+    def __iter__(self) -> Iterator[Series]:
+        return iter(self._series.values())
+
+    def get(self, key: SeriesKey) -> Series | None:
+        """The series of `key`, or None."""
+        return self._series.get(key)
+
+    def append(self, samples: Iterable[Sample], now: float | None = None) -> list[Restart]:
+        """Add samples (each series' samples in order); evict by the limits; return restarts seen."""
+        restarts: list[Restart] = []
+        touched: dict[SeriesKey, Series] = {}
+        latest = -math.inf
+        series_map = self._series
+        for sample in samples:
+            key = sample.series
+            series = touched.get(key)
+            if series is None:
+                series = series_map.get(key)
+                if series is None:
+                    series = series_map[key] = Series(key)
+                touched[key] = series
+            restart = series.append(sample.time, sample.step, sample.value)
+            if restart is not None:
+                restarts.append(restart)
+            latest = max(latest, sample.time)
+            if key.metric == FINISHED_METRIC and sample.value == 1.0:
+                self._note_finished(key, sample.time)
+        horizon = now if now is not None else latest
+        self.version += 1
+        for key, series in touched.items():
+            series.evict(self.limits, horizon)
+            self._changed.pop(key, None)  # Re-insert: the dict stays ordered by last change.
+            self._changed[key] = self.version
+        return restarts
+
+    def _note_finished(self, key: SeriesKey, time: float) -> None:
+        run = (key.label("source"), key.label("run"))
+        self._finished[run] = min(time, self._finished.get(run, math.inf))
+
+    def finished_at(self, key: SeriesKey) -> float | None:
+        """When the run of `key` (same source and run labels) was marked finished, if it was."""
+        return self._finished.get((key.label("source"), key.label("run")))
+
+    def changed_since(self, version: int) -> list[Series]:
+        """The series appended to after buffer version `version`, most recently changed first."""
+        out = []
+        for key in reversed(self._changed):
+            if self._changed[key] <= version:
+                break
+            out.append(self._series[key])
+        return out
+
+    def evict_all(self, now: float) -> None:
+        """Apply the age limit to every series (call now and then: idle series age out too)."""
+        for series in self._series.values():
+            series.evict(self.limits, now)
+
+    def sample_count(self) -> int:
+        """The number of buffered samples."""
+        return sum(len(s) for s in self._series.values())
+
+    def nbytes(self) -> int:
+        """Bytes held by the sample arrays."""
+        return sum(s.nbytes() for s in self._series.values())

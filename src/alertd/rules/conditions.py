@@ -1,0 +1,144 @@
+"""The conditions of a rule, each judged on one sample of a series (absence is judged on time).
+
+A condition sees the series' arrays and the index of the sample being judged; everything before
+that index is its history. Non-finite values never compare true (use `Nonfinite` for them) and are
+left out of spike baselines.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import dataclass
+from statistics import median
+from typing import Literal, Protocol
+
+from alertd.buffer import Series
+
+OPS: dict[str, Callable[[float, float], bool]] = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+
+
+class Condition(Protocol):
+    """Judges the sample at array index `i` of `series`."""
+
+    def check(self, series: Series, i: int) -> bool: ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """The value compares true against a constant (`> 100`)."""
+
+    op: str
+    value: float
+
+    def check(self, series: Series, i: int) -> bool:
+        """True when the sample's value compares true; never for NaN."""
+        v = series.values[i]
+        return v == v and OPS[self.op](v, self.value)
+
+    def describe(self) -> str:
+        """`> 100`."""
+        return f"{self.op} {self.value:g}"
+
+
+@dataclass(frozen=True, slots=True)
+class Nonfinite:
+    """The value is NaN, +Inf or -Inf."""
+
+    def check(self, series: Series, i: int) -> bool:
+        """True for NaN and the infinities."""
+        return not math.isfinite(series.values[i])
+
+    def describe(self) -> str:
+        """`nonfinite`."""
+        return "nonfinite"
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """The value is above (`increasing`) or below (`decreasing`) the previous one by more than `min_delta`."""
+
+    direction: Literal["increasing", "decreasing"]
+    min_delta: float = 0.0
+
+    def check(self, series: Series, i: int) -> bool:
+        """Compare with the previous sample; the first sample and non-finite pairs are not a trend."""
+        if i <= series.start:
+            return False
+        now, before = series.values[i], series.values[i - 1]
+        if not (math.isfinite(now) and math.isfinite(before)):
+            return False
+        if self.direction == "increasing":
+            return now - before > self.min_delta
+        return before - now > self.min_delta
+
+    def describe(self) -> str:
+        """`increasing`."""
+        return self.direction + (f" (min_delta {self.min_delta:g})" if self.min_delta else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Spike:
+    """latest / baseline >= ratio (up) or <= ratio (down); the baseline is the median or mean of the
+    finite values before the latest, over the last `samples` samples or the last `seconds` seconds."""
+
+    ratio: float
+    direction: Literal["up", "down"] = "up"
+    samples: int | None = 50
+    seconds: float | None = None
+    stat: Literal["median", "mean"] = "median"
+    min_samples: int = 5
+
+    def baseline(self, series: Series, i: int) -> float | None:
+        """The baseline before index `i`, or None when there are fewer than `min_samples` finite values."""
+        values = series.values
+        if self.seconds is not None:
+            lo = bisect_left(series.times, series.times[i] - self.seconds, series.start, i)
+        else:
+            lo = max(series.start, i - (self.samples or 0))
+        window = [v for v in values[lo:i] if math.isfinite(v)]
+        if len(window) < self.min_samples:
+            return None
+        return median(window) if self.stat == "median" else math.fsum(window) / len(window)
+
+    def check(self, series: Series, i: int) -> bool:
+        """True when the latest finite value is `ratio` times the (positive) baseline or beyond."""
+        latest = series.values[i]
+        if not math.isfinite(latest):
+            return False
+        base = self.baseline(series, i)
+        if base is None or base <= 0:
+            return False
+        r = latest / base
+        return r >= self.ratio if self.direction == "up" else r <= self.ratio
+
+    def describe(self) -> str:
+        """`spike up x2 over the median of 50 samples`."""
+        window = f"{self.samples} samples" if self.seconds is None else f"{self.seconds:g}s"
+        return f"spike {self.direction} x{self.ratio:g} over the {self.stat} of {window}"
+
+
+@dataclass(frozen=True, slots=True)
+class Absent:
+    """No new sample for `seconds`. Judged on time, not on samples; a finished run is never absent."""
+
+    seconds: float
+
+    def check(self, series: Series, i: int) -> bool:
+        """A new sample always ends an absence."""
+        return False
+
+    def describe(self) -> str:
+        """`absent for 600s`."""
+        return f"absent for {self.seconds:g}s"

@@ -1,0 +1,218 @@
+"""evaluate(): rules x buffer x now x previous state -> next state, transitions and rule errors.
+
+Pure: it reads the buffer, never changes it or the previous state, and never reads a clock. Its
+cost grows with the samples that arrived since the previous evaluation and with the alerts that
+have a time-based change due, not with the history kept in the buffer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from alertd.buffer import Series, SeriesBuffer
+from alertd.model import Alert, AlertState, Labels, SeriesKey, Transition, TransitionKind, format_time
+from alertd.rules.rule import Rule
+from alertd.rules.state import Track, advance, next_event, set_condition
+
+PairKey = tuple[str, SeriesKey]
+
+
+@dataclass(frozen=True)
+class EvalState:
+    """What one evaluation hands to the next: a track per (rule, series) and the buffer version seen."""
+
+    tracks: Mapping[PairKey, Track] = field(default_factory=dict)
+    timers: Mapping[PairKey, float] = field(default_factory=dict)
+    version: int = 0
+    rule_names: frozenset[str] = frozenset()
+
+    def alerts(self, rules: Iterable[Rule]) -> list[Alert]:
+        """The alerts that are pending or firing, in rule and label order."""
+        by_name = {r.name: r for r in rules}
+        out = []
+        for (name, key), tr in self.tracks.items():
+            rule = by_name.get(name)
+            if rule is None or tr.state is AlertState.INACTIVE:
+                continue
+            out.append(
+                Alert(
+                    rule=name,
+                    state=tr.state,
+                    labels=alert_labels(rule, key),
+                    severity=rule.severity,
+                    value=tr.value,
+                    step=tr.step,
+                    time=tr.time,
+                    active_at=tr.active_at,
+                    fired_at=tr.fired_at,
+                    annotations=tr.annotations,
+                )
+            )
+        out.sort(key=lambda a: (a.rule, a.labels))
+        return out
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The result of one evaluation."""
+
+    now: float
+    state: EvalState
+    transitions: tuple[Transition, ...]
+    errors: Mapping[str, str]
+
+
+class RuleSet:
+    """Rules plus a memo of which rules watch which series (a cache: it changes no result)."""
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        self.rules = tuple(rules)
+        self.by_name = {r.name: r for r in self.rules}
+        self._memo: dict[SeriesKey, tuple[Rule, ...]] = {}
+
+    def for_series(self, key: SeriesKey) -> tuple[Rule, ...]:
+        """The rules that watch `key`."""
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = tuple(r for r in self.rules if r.watches(key))
+        return hit
+
+
+def alert_labels(rule: Rule, key: SeriesKey) -> Labels:
+    """An alert's labels: the series' labels, `metric`, then the rule's own labels."""
+    merged = dict(key.labels)
+    merged["metric"] = key.metric
+    merged.update(rule.labels)
+    return tuple(sorted(merged.items()))
+
+
+class _Run:
+    """The working state of one evaluation."""
+
+    def __init__(self, ruleset: RuleSet, buffer: SeriesBuffer, prev: EvalState) -> None:
+        self.ruleset = ruleset
+        self.buffer = buffer
+        self.tracks = dict(prev.tracks)
+        self.timers = dict(prev.timers)
+        self.prev = prev
+        self.transitions: list[Transition] = []
+        self.errors: dict[str, str] = {}
+        self._rule: Rule | None = None
+        self._key: SeriesKey | None = None
+
+    def emit(self, tr: Track, kind: TransitionKind, t: float) -> None:
+        rule, key = self._rule, self._key
+        assert rule is not None and key is not None
+        labels = alert_labels(rule, key)
+        tr.annotations = self._render(rule, key, tr, labels)
+        self.transitions.append(
+            Transition(
+                rule=rule.name,
+                state=kind,
+                time=t,
+                step=tr.step,
+                value=tr.value,
+                labels=labels,
+                severity=rule.severity,
+                annotations=tr.annotations,
+                active_at=tr.active_at,
+                notify=rule.notify,
+            )
+        )
+
+    def _render(self, rule: Rule, key: SeriesKey, tr: Track, labels: Labels) -> tuple[tuple[str, str], ...]:
+        values = {
+            "metric": key.metric,
+            "value": tr.value,
+            "step": tr.step,
+            "time": format_time(tr.time) if math.isfinite(tr.time) else "",
+            "rule": rule.name,
+            "severity": rule.severity,
+        }
+        label_map = dict(labels)
+        out = []
+        for name, template in rule.annotations:
+            text, problem = template.render(values, label_map)
+            if problem:
+                self.errors[rule.name] = f"annotation {name!r}: {problem} (series {key})"
+            out.append((name, text))
+        return tuple(out)
+
+    def track(self, rule: Rule, series: Series) -> None:
+        """Step one pair through the series' new samples."""
+        pair = (rule.name, series.key)
+        old = self.tracks.get(pair)
+        tr = old.copy() if old is not None else Track()
+        self._rule, self._key = rule, series.key
+        first = series.first_new(tr.generation, tr.position)
+        if tr.generation != series.generation:
+            tr.streak = 0
+        finished_at = self.buffer.finished_at(series.key) if rule.absent else None
+        cond, need = rule.condition, rule.consecutive
+        times, values = series.times, series.values
+        for i in range(series.index(first), len(times)):
+            t = times[i]
+            advance(rule, tr, t, finished_at, self.emit, inclusive=False)
+            tr.value, tr.step, tr.time, tr.last_time = values[i], series.step_at(i), t, t
+            tr.streak = tr.streak + 1 if cond.check(series, i) else 0
+            if (tr.streak >= need) != tr.cond or tr.cond:
+                set_condition(rule, tr, tr.streak >= need, t, self.emit)
+        tr.generation, tr.position = series.generation, series.end
+        self.tracks[pair] = tr
+
+    def finish(self, pair: PairKey, now: float) -> None:
+        """Apply the pair's time-based changes up to `now` and file its next timer."""
+        rule = self.ruleset.by_name[pair[0]]
+        tr = self.tracks[pair]
+        finished_at = self.buffer.finished_at(pair[1]) if rule.absent else None
+        if next_event(rule, tr, finished_at) is not None:
+            if tr is self.prev.tracks.get(pair):
+                tr = self.tracks[pair] = tr.copy()
+            self._rule, self._key = rule, pair[1]
+            advance(rule, tr, now, finished_at, self.emit, inclusive=True)
+        due = next_event(rule, tr, finished_at)
+        if due is None:
+            self.timers.pop(pair, None)
+        else:
+            self.timers[pair] = due
+
+
+def evaluate(ruleset: RuleSet, buffer: SeriesBuffer, now: float, prev: EvalState | None = None) -> Evaluation:
+    """Evaluate every rule on the samples that are new since `prev`, and on time up to `now`."""
+    prev = prev or EvalState()
+    run = _Run(ruleset, buffer, prev)
+    touched: set[PairKey] = set()
+    for series in buffer.changed_since(prev.version):
+        for rule in ruleset.for_series(series.key):
+            emitted = len(run.transitions)
+            try:
+                run.track(rule, series)
+            except Exception as exc:  # One bad rule must not stop the others.
+                del run.transitions[emitted:]
+                run.errors[rule.name] = f"{type(exc).__name__}: {exc} (series {series.key})"
+                continue
+            touched.add((rule.name, series.key))
+    due = [p for p, t in run.timers.items() if t <= now]
+    for pair in touched.union(due):
+        if pair[0] not in ruleset.by_name:
+            run.timers.pop(pair, None)
+            continue
+        emitted = len(run.transitions)
+        try:
+            run.finish(pair, now)
+        except Exception as exc:
+            del run.transitions[emitted:]
+            run.errors[pair[0]] = f"{type(exc).__name__}: {exc} (series {pair[1]})"
+    _drop_unknown_rules(run, ruleset)
+    run.transitions.sort(key=lambda t: (t.time, t.rule, t.labels))
+    state = EvalState(run.tracks, run.timers, buffer.version, frozenset(ruleset.by_name))
+    return Evaluation(now, state, tuple(run.transitions), run.errors)
+
+
+def _drop_unknown_rules(run: _Run, ruleset: RuleSet) -> None:
+    """Forget the tracks of rules that are gone (after a reload)."""
+    if run.prev.rule_names - ruleset.by_name.keys():
+        run.tracks = {p: t for p, t in run.tracks.items() if p[0] in ruleset.by_name}
+        run.timers = {p: t for p, t in run.timers.items() if p[0] in ruleset.by_name}

@@ -1,0 +1,127 @@
+"""The alert state machine of one rule on one series, stepped sample by sample and through time.
+
+The semantics are Prometheus' (`rules/alerting.go`): a condition that becomes true makes the alert
+pending; it fires once the condition has held for `for`; when it stops holding, a firing alert stays
+firing for `keep_firing_for` and then resolves, while a pending one just goes away.
+
+Time-based changes (a pending alert reaching its `for`, a `keep_firing_for` running out, a series
+going absent) happen at the exact instant they are due, not at the next evaluation tick, so the same
+samples give the same transitions however they are batched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from alertd.model import AlertState, TransitionKind
+from alertd.rules.rule import Rule
+
+Emit = Callable[["Track", TransitionKind, float], None]
+
+
+class Track:
+    """What the engine remembers about one (rule, series) pair. Copied, never shared, when changed."""
+
+    __slots__ = (
+        "active_at",
+        "annotations",
+        "cond",
+        "fired_at",
+        "generation",
+        "keep_since",
+        "last_time",
+        "position",
+        "state",
+        "step",
+        "streak",
+        "time",
+        "value",
+    )
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self.position = 0
+        self.streak = 0
+        self.cond = False
+        self.state = AlertState.INACTIVE
+        self.active_at = 0.0
+        self.fired_at: float | None = None
+        self.keep_since: float | None = None
+        self.last_time: float | None = None
+        self.value = math.nan
+        self.step: int | None = None
+        self.time = 0.0
+        self.annotations: tuple[tuple[str, str], ...] = ()
+
+    def copy(self) -> Track:
+        """A shallow copy to change without touching the previous evaluation's state."""
+        new = Track.__new__(Track)
+        for name in Track.__slots__:
+            setattr(new, name, getattr(self, name))
+        return new
+
+
+def next_event(rule: Rule, tr: Track, finished_at: float | None) -> float | None:
+    """When the next time-based change of this pair is due, if any."""
+    due = math.inf
+    absent = rule.absent
+    if absent is not None and not tr.cond and tr.last_time is not None:
+        onset = tr.last_time + absent.seconds
+        if finished_at is None or finished_at > onset:
+            due = onset
+    if tr.state is AlertState.PENDING and tr.cond:
+        due = min(due, tr.active_at + rule.hold)
+    if tr.state is AlertState.FIRING and tr.keep_since is not None:
+        due = min(due, tr.keep_since + rule.keep_firing_for)
+    return None if due == math.inf else due
+
+
+def advance(rule: Rule, tr: Track, until: float, finished_at: float | None, emit: Emit, *, inclusive: bool) -> None:
+    """Apply every time-based change due before `until` (or at it, when `inclusive`)."""
+    while True:
+        due = next_event(rule, tr, finished_at)
+        if due is None or due > until or (due == until and not inclusive):
+            return
+        if tr.state is AlertState.FIRING and tr.keep_since is not None and due == tr.keep_since + rule.keep_firing_for:
+            _resolve(tr, due, emit)
+        elif tr.state is AlertState.PENDING and tr.cond and due == tr.active_at + rule.hold:
+            _fire(tr, due, emit)
+        else:
+            set_condition(rule, tr, True, due, emit)
+
+
+def set_condition(rule: Rule, tr: Track, cond: bool, t: float, emit: Emit) -> None:
+    """The condition is `cond` from instant `t` on."""
+    tr.cond = cond
+    if cond:
+        tr.keep_since = None
+        if tr.state is AlertState.INACTIVE:
+            tr.state = AlertState.PENDING
+            tr.active_at = t
+            tr.fired_at = None
+            if rule.hold > 0:
+                emit(tr, TransitionKind.PENDING, t)
+        if tr.state is AlertState.PENDING and t - tr.active_at >= rule.hold:
+            _fire(tr, t, emit)
+        return
+    if tr.state is AlertState.PENDING:
+        tr.state = AlertState.INACTIVE
+        emit(tr, TransitionKind.INACTIVE, t)
+    elif tr.state is AlertState.FIRING:
+        if rule.keep_firing_for <= 0:
+            _resolve(tr, t, emit)
+        elif tr.keep_since is None:
+            tr.keep_since = t
+
+
+def _fire(tr: Track, t: float, emit: Emit) -> None:
+    tr.state = AlertState.FIRING
+    tr.fired_at = t
+    emit(tr, TransitionKind.FIRING, t)
+
+
+def _resolve(tr: Track, t: float, emit: Emit) -> None:
+    tr.state = AlertState.INACTIVE
+    tr.keep_since = None
+    emit(tr, TransitionKind.RESOLVED, t)
