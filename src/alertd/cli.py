@@ -1,0 +1,188 @@
+"""The `alertd` command: run (the default), check, test, dry-run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from alertd.config import Config, load_config
+from alertd.dryrun import dumps, replay, transition_text
+from alertd.errors import ConfigError, SourceError
+from alertd.model import Sample
+from alertd.rules.evaluate import RuleSet
+from alertd.sources.config import SourceConfig, TensorBoardConfig, WandbConfig, WandbDirConfig
+from alertd.sources.registry import REPLAYABLE, build_source
+from alertd.sources.samples import read_samples
+
+COMMANDS = ("run", "check", "test", "dry-run")
+
+
+class CliError(Exception):
+    """A problem the command reports on one line and exits 1 for."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in (*COMMANDS, "-h", "--help", "--version"):
+        args.insert(0, "run")
+    ns = _parser().parse_args(args)
+    handler = {"run": _run, "check": _check, "test": _test, "dry-run": _dry_run}[ns.command]
+    try:
+        return handler(ns)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 1
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="alertd", description="Alerts for machine-learning training runs.")
+    p.add_argument("--version", action="version", version="alertd 0.1.0")
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the service until SIGINT/SIGTERM (the default command)")
+    run.add_argument("--rules", action="append", required=True, metavar="FILE", help="rules file (repeatable)")
+    run.add_argument("--listen", default=None, metavar="HOST:PORT", help="serve the HTTP API (default: off)")
+    run.add_argument("--state-dir", default=None, help="where the outbox and state live (env ALERTD_STATE_DIR)")
+    run.add_argument("--log-format", choices=("auto", "json", "text"), default="auto")
+    check = sub.add_parser("check", help="validate rules files")
+    check.add_argument("files", nargs="+", metavar="FILE")
+    test = sub.add_parser("test", help="run rule unit tests")
+    test.add_argument("files", nargs="+", metavar="FILE")
+    dry = sub.add_parser("dry-run", help="replay recorded data through the rules; sends nothing")
+    dry.add_argument("--rules", action="append", required=True, metavar="FILE")
+    dry.add_argument("--source", action="append", default=[], metavar="TYPE:LOCATION", help=_SOURCE_HELP)
+    dry.add_argument("--format", choices=("text", "json"), default="text")
+    dry.add_argument("--until", default=None, help="evaluate up to this RFC 3339 time or epoch second")
+    return p
+
+
+_SOURCE_HELP = "tensorboard:DIR, wandb_dir:DIR, samples:FILE.jsonl or wandb:ENTITY/PROJECT[/RUN_ID] (repeatable)"
+
+
+def _check(ns: argparse.Namespace) -> int:
+    status = 0
+    for path in ns.files:
+        try:
+            cfg = load_config([path])
+        except ConfigError as exc:
+            for problem in exc.problems:
+                print(f"error: {problem}")
+            status = 1
+            continue
+        print(f"{path}: ok ({len(cfg.rules)} rules, {len(cfg.sources)} sources, {len(cfg.notifiers)} notifiers)")
+    return status
+
+
+def _test(ns: argparse.Namespace) -> int:
+    from alertd.ruletest import run_test_file
+
+    passed = failed = 0
+    for path in ns.files:
+        outcome = run_test_file(path)
+        passed += outcome.passed
+        failed += len(outcome.failures)
+        for failure in outcome.failures:
+            print(failure)
+        print(f"{path}: {outcome.passed} passed, {len(outcome.failures)} failed")
+    if len(ns.files) > 1:
+        print(f"total: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def _dry_run(ns: argparse.Namespace) -> int:
+    cfg = load_config(ns.rules)
+    samples = _collect(cfg, ns.source)
+    until = _parse_until(ns.until)
+    for t in replay(RuleSet(cfg.rules), samples, cfg.buffer, until):
+        print(dumps(t) if ns.format == "json" else transition_text(t), flush=False)
+    sys.stdout.flush()
+    return 0
+
+
+def _parse_until(text: str | None) -> float | None:
+    if text is None:
+        return None
+    from alertd.sources.samples import parse_time
+
+    try:
+        return parse_time(float(text))
+    except ValueError:
+        return parse_time(text)
+
+
+def _collect(cfg: Config, specs: Sequence[str]) -> list[Sample]:
+    configs = [_source_from_spec(cfg, spec) for spec in specs] if specs else list(cfg.sources)
+    out: list[Sample] = []
+    for src in configs:
+        if src.type not in REPLAYABLE:
+            print(f"note: source {src.name!r} ({src.type}) has no history to replay; skipped", file=sys.stderr)
+            continue
+        if src.type == "samples":
+            out += _read_samples_file(src.path, src.name)
+            continue
+        out += asyncio.run(_poll_all(src))
+    return out
+
+
+def _read_samples_file(path: str, name: str) -> list[Sample]:
+    out: list[Sample] = []
+    try:
+        for item in read_samples(path, name):
+            if isinstance(item, Sample):
+                out.append(item)
+            else:
+                print(f"warning: {path}:{item[0]}: skipped: {item[1]}", file=sys.stderr)
+    except OSError as exc:
+        raise CliError(f"can't read {path}: {exc.strerror or exc}") from exc
+    return out
+
+
+async def _poll_all(cfg: SourceConfig) -> list[Sample]:
+    source = build_source(cfg)
+    try:
+        return list(await source.poll(time.time()))
+    except SourceError as exc:
+        raise CliError(f"source {cfg.name!r}: {exc}") from exc
+    finally:
+        await source.aclose()
+
+
+def _source_from_spec(cfg: Config, spec: str) -> SourceConfig:
+    kind, sep, location = spec.partition(":")
+    if not sep or not location:
+        raise SystemExit(f"alertd: error: --source wants TYPE:LOCATION, got {spec!r} ({_SOURCE_HELP})")
+    name = next((s.name for s in cfg.sources if s.type == kind), kind)
+    try:
+        if kind == "tensorboard":
+            return TensorBoardConfig(type="tensorboard", name=name, logdir=location)
+        if kind == "wandb_dir":
+            return WandbDirConfig(type="wandb_dir", name=name, path=location)
+        if kind == "samples":
+            from alertd.sources.config import SamplesConfig
+
+            return SamplesConfig(type="samples", name=name, path=location)
+        if kind == "wandb":
+            parts = location.split("/")
+            runs: str | list[str] = [parts[2]] if len(parts) == 3 else "all"
+            return WandbConfig(type="wandb", name=name, project="/".join(parts[:2]), runs=runs)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise SystemExit(f"alertd: error: --source {spec!r}: {exc.errors()[0]['msg']}") from exc
+    raise SystemExit(f"alertd: error: unknown source type {kind!r} ({_SOURCE_HELP})")
+
+
+def _run(ns: argparse.Namespace) -> int:
+    from alertd.app import run_service
+
+    status: int = run_service(ns.rules, listen=ns.listen, state_dir=ns.state_dir, log_format=ns.log_format)
+    return status

@@ -1,0 +1,404 @@
+"""The rules file: pydantic models, validation with places, merging of several files, compilation.
+
+`load_config(paths)` returns a `Config` whose rules are core `Rule` objects, or raises `ConfigError`
+listing every problem of every file, each with its place (`rules[3].condition`) and line.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator, model_validator
+
+from alertd.buffer import BufferLimits
+from alertd.config_types import Duration, Strict
+from alertd.dispatch.route_config import InhibitRuleConfig, RouteConfig
+from alertd.durations import parse_duration
+from alertd.errors import ConfigError, Problem
+from alertd.model import make_labels
+from alertd.notify.config import LogConfig, NotifierConfig
+from alertd.rules.conditions import OPS, Absent, Condition, Nonfinite, Spike, Threshold, Trend
+from alertd.rules.rule import LabelMatcher, Rule
+from alertd.rules.templates import TemplateError, parse_template
+from alertd.sources.config import SourceConfig
+from alertd.yamlfile import Document, load_yaml
+
+NAME = r"^[A-Za-z_][A-Za-z0-9_.:-]*$"
+_THRESHOLD = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?[Ii]nf)\s*$")
+
+
+def _listify(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+class SpikeSpec(Strict):
+    """`{spike: {ratio: 2.0, direction: up, baseline: 50 samples, stat: median}}`."""
+
+    ratio: float = Field(gt=0)
+    direction: Literal["up", "down"] = "up"
+    baseline: str | int = "50 samples"
+    stat: Literal["median", "mean"] = "median"
+    min_samples: int | None = Field(default=None, ge=1)
+
+    def build(self) -> Spike:
+        """The core condition."""
+        samples, seconds = _baseline(self.baseline)
+        if self.direction == "up" and self.ratio <= 1:
+            raise ValueError("an upward spike needs a ratio above 1 (2.0 = doubles)")
+        if self.direction == "down" and self.ratio >= 1:
+            raise ValueError("a downward spike needs a ratio below 1 (0.5 = halves)")
+        default_min = min(5, samples) if samples is not None else 5
+        return Spike(self.ratio, self.direction, samples, seconds, self.stat, self.min_samples or default_min)
+
+
+def _baseline(text: str | int) -> tuple[int | None, float | None]:
+    if isinstance(text, int):
+        return (text, None) if text >= 1 else _bad_baseline(text)
+    m = re.fullmatch(r"\s*(\d+)\s*samples?\s*", text)
+    if m:
+        return (int(m.group(1)), None) if int(m.group(1)) >= 1 else _bad_baseline(text)
+    try:
+        return None, parse_duration(text)
+    except ValueError:
+        return _bad_baseline(text)
+
+
+def _bad_baseline(text: object) -> tuple[int | None, float | None]:
+    raise ValueError(f"baseline must be a number of samples (`50 samples`) or a duration (`5m`), got {text!r}")
+
+
+class TrendSpec(Strict):
+    """`{increasing: {min_delta: 0.01}}`."""
+
+    min_delta: float = Field(default=0.0, ge=0)
+
+
+def parse_condition(value: Any) -> Condition:
+    """Turn the `condition:` value into a core condition, or raise ValueError saying what is accepted."""
+    if isinstance(value, str):
+        word = value.strip()
+        if word == "nonfinite":
+            return Nonfinite()
+        if word in ("increasing", "decreasing"):
+            return Trend(word)  # type: ignore[arg-type]
+        m = _THRESHOLD.match(word)
+        if m:
+            return Threshold(m.group(1), float(m.group(2)))
+        raise ValueError(
+            f"unknown condition {value!r}: use a comparison such as '> 100' or '<= 0.5', nonfinite, increasing, "
+            "decreasing, {spike: {...}} or {absent: 10m}"
+        )
+    if isinstance(value, Mapping):
+        return _condition_from_mapping(value)
+    raise ValueError(f"a condition is a string or a mapping, got {type(value).__name__}")
+
+
+def _condition_from_mapping(value: Mapping[str, Any]) -> Condition:
+    keys = set(value)
+    if keys == {"op", "value"}:
+        if value["op"] not in OPS:
+            raise ValueError(f"op must be one of {', '.join(OPS)}, got {value['op']!r}")
+        return Threshold(value["op"], float(value["value"]))
+    if len(keys) != 1:
+        raise ValueError(
+            "a condition mapping has one key (spike, absent, increasing, decreasing) or op and value, "
+            f"got {sorted(keys)}"
+        )
+    ((kind, spec),) = value.items()
+    if kind == "spike":
+        return SpikeSpec.model_validate(spec).build()
+    if kind == "absent":
+        return Absent(parse_duration(spec))
+    if kind in ("increasing", "decreasing"):
+        return Trend(kind, TrendSpec.model_validate(spec or {}).min_delta)  # type: ignore[arg-type]
+    if kind == "nonfinite":
+        return Nonfinite()
+    raise ValueError(f"unknown condition {kind!r}: use spike, absent, increasing, decreasing, nonfinite or op/value")
+
+
+class RuleConfig(Strict):
+    """One entry of `rules:`."""
+
+    model_config = Strict.model_config | {"arbitrary_types_allowed": True}
+
+    name: str = Field(pattern=NAME)
+    metric: Annotated[list[Annotated[str, Field(min_length=1)]], BeforeValidator(_listify)] = Field(min_length=1)
+    labels_match: dict[str, str] = Field(default_factory=dict)
+    condition: Any
+    consecutive: int = Field(default=1, ge=1)
+    for_: Duration = Field(default=0.0, alias="for")
+    keep_firing_for: Duration = 0.0
+    severity: str = Field(default="warning", pattern=r"^[a-z]+$")
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    notify: list[str] = Field(default_factory=list)
+
+    @field_validator("condition")
+    @classmethod
+    def _condition(cls, value: Any) -> Condition:
+        try:
+            return parse_condition(value)
+        except ValidationError as exc:
+            raise ValueError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from exc
+
+    @field_validator("annotations")
+    @classmethod
+    def _templates(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            try:
+                parse_template(text)
+            except TemplateError as exc:
+                raise ValueError(f"annotation {name!r}: {exc}") from exc
+        return value
+
+    @field_validator("labels_match")
+    @classmethod
+    def _matchers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, spec in value.items():
+            try:
+                LabelMatcher.parse(name, spec)
+            except re.error as exc:
+                raise ValueError(f"label {name!r}: bad regex {spec!r}: {exc}") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _absent_has_no_consecutive(self) -> RuleConfig:
+        if isinstance(self.condition, Absent) and self.consecutive != 1:
+            raise ValueError("`consecutive` counts samples; an absent condition has none to count")
+        return self
+
+    def build(self) -> Rule:
+        """The core rule."""
+        return Rule(
+            name=self.name,
+            metrics=tuple(self.metric),
+            condition=self.condition,
+            matchers=tuple(LabelMatcher.parse(k, v) for k, v in sorted(self.labels_match.items())),
+            consecutive=self.consecutive,
+            hold=self.for_,
+            keep_firing_for=self.keep_firing_for,
+            severity=self.severity,
+            labels=make_labels(self.labels),
+            annotations=tuple((k, parse_template(v)) for k, v in self.annotations.items()),
+            notify=tuple(self.notify),
+        )
+
+
+class BufferConfig(Strict):
+    """`buffer:`: how much history each series keeps."""
+
+    max_samples: int = Field(default=1024, ge=2, le=10_000_000)
+    max_age: Duration = 6 * 3600.0
+
+
+class RulesFile(Strict):
+    """One rules file."""
+
+    sources: list[Annotated[SourceConfig, Field(discriminator="type")]] = Field(default_factory=list)
+    notifiers: dict[Annotated[str, Field(pattern=NAME)], Annotated[NotifierConfig, Field(discriminator="type")]] = (
+        Field(default_factory=dict)
+    )
+    route: RouteConfig | None = None
+    inhibit_rules: list[InhibitRuleConfig] = Field(default_factory=list)
+    rules: list[RuleConfig] = Field(default_factory=list)
+    buffer: BufferConfig | None = None
+    evaluation_interval: Duration | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every rules file given, merged and compiled."""
+
+    files: tuple[str, ...]
+    rules: tuple[Rule, ...]
+    sources: tuple[SourceConfig, ...]
+    notifiers: Mapping[str, NotifierConfig]
+    route: RouteConfig
+    inhibit_rules: tuple[InhibitRuleConfig, ...] = ()
+    buffer: BufferLimits = field(default_factory=BufferLimits)
+    evaluation_interval: float = 1.0
+    rule_configs: Mapping[str, RuleConfig] = field(default_factory=dict)
+
+
+DEFAULT_RECEIVER = "console"
+
+
+def load_config(paths: Sequence[str], env: Mapping[str, str] | None = None) -> Config:
+    """Load, validate, merge and compile the rules files; raise ConfigError listing every problem."""
+    problems: list[Problem] = []
+    parsed: list[tuple[Document, RulesFile]] = []
+    for path in paths:
+        try:
+            doc = load_yaml(path, env)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+            continue
+        model = _validate(doc, problems)
+        if model is not None:
+            parsed.append((doc, model))
+    if problems:
+        raise ConfigError(problems)
+    return _merge(parsed, tuple(paths))
+
+
+def _validate(doc: Document, problems: list[Problem]) -> RulesFile | None:
+    data = doc.data if doc.data is not None else {}
+    if not isinstance(data, dict):
+        problems.append(Problem(doc.file, "", "the file must be a mapping with sources, notifiers, route and rules"))
+        return None
+    try:
+        return RulesFile.model_validate(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            place, line = doc.line_of(err["loc"])
+            problems.append(Problem(doc.file, place, _message(err, doc), line))
+        return None
+
+
+def _message(err: Any, doc: Document) -> str:
+    if err["type"] == "extra_forbidden":
+        key = err["loc"][-1]
+        hint = _suggest(str(key))
+        return f"unknown key {key!r}" + (f" (did you mean {hint!r}?)" if hint else "")
+    msg = str(err["msg"])
+    return msg[len("Value error, ") :] if msg.startswith("Value error, ") else msg
+
+
+def _suggest(key: str) -> str | None:
+    known: set[str] = set()
+    models = (RulesFile, RuleConfig, RouteConfig, BufferConfig, SpikeSpec, InhibitRuleConfig)
+    for model in (*models, *get_args(SourceConfig), *get_args(NotifierConfig)):
+        known.update(f.alias or name for name, f in model.model_fields.items())
+    hits = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+    return hits[0] if hits else None
+
+
+def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> Config:
+    problems: list[Problem] = []
+    rules: dict[str, tuple[str, int, RuleConfig]] = {}
+    sources: dict[str, SourceConfig] = {}
+    notifiers: dict[str, NotifierConfig] = {}
+    route: tuple[str, RouteConfig] | None = None
+    inhibit: list[InhibitRuleConfig] = []
+    buffer, interval = BufferConfig(), 1.0
+    for doc, model in parsed:
+        for i, src in enumerate(model.sources):
+            if src.name in sources:
+                problems.append(_place(doc, ("sources", i, "name"), f"duplicate source name {src.name!r}"))
+            sources[src.name] = src
+        for name, cfg in model.notifiers.items():
+            if name in notifiers:
+                problems.append(_place(doc, ("notifiers", name), f"notifier {name!r} is defined twice"))
+            notifiers[name] = cfg
+        for i, rule in enumerate(model.rules):
+            if rule.name in rules:
+                first = rules[rule.name]
+                problems.append(
+                    _place(
+                        doc,
+                        ("rules", i, "name"),
+                        f"duplicate rule name {rule.name!r} (first in {first[0]} rules[{first[1]}])",
+                    )
+                )
+            rules[rule.name] = (doc.file, i, rule)
+        if model.route is not None:
+            if route is not None:
+                problems.append(_place(doc, ("route",), f"route is already defined in {route[0]}; give it once"))
+            route = (doc.file, model.route)
+        inhibit.extend(model.inhibit_rules)
+        buffer = model.buffer or buffer
+        interval = model.evaluation_interval or interval
+    if not notifiers:
+        notifiers[DEFAULT_RECEIVER] = LogConfig(type="log")
+    root = route[1] if route else RouteConfig(receivers=sorted(notifiers))
+    problems += _check_receivers(parsed, root, rules, notifiers)
+    problems += _check_windows(parsed, rules, buffer)
+    if problems:
+        raise ConfigError(problems)
+    return Config(
+        files=files,
+        rules=tuple(r.build() for _, _, r in rules.values()),
+        sources=tuple(sources.values()),
+        notifiers=notifiers,
+        route=root,
+        inhibit_rules=tuple(inhibit),
+        buffer=BufferLimits(buffer.max_samples, buffer.max_age),
+        evaluation_interval=interval,
+        rule_configs={name: r for name, (_, _, r) in rules.items()},
+    )
+
+
+def _place(doc: Document, loc: tuple[str | int, ...], message: str) -> Problem:
+    place, line = doc.line_of(loc)
+    return Problem(doc.file, place, message, line)
+
+
+def _doc(parsed: list[tuple[Document, RulesFile]], file: str) -> Document:
+    return next(d for d, _ in parsed if d.file == file)
+
+
+def _check_receivers(
+    parsed: list[tuple[Document, RulesFile]],
+    root: RouteConfig,
+    rules: Mapping[str, tuple[str, int, RuleConfig]],
+    notifiers: Mapping[str, NotifierConfig],
+) -> list[Problem]:
+    problems = []
+    known = ", ".join(sorted(notifiers))
+    for file, i, rule in rules.values():
+        for j, name in enumerate(rule.notify):
+            if name not in notifiers:
+                problems.append(
+                    _place(
+                        _doc(parsed, file), ("rules", i, "notify", j), f"no notifier named {name!r} (defined: {known})"
+                    )
+                )
+    route_file = next((d.file for d, m in parsed if m.route is not None), None)
+
+    def walk(node: RouteConfig, loc: tuple[str | int, ...]) -> None:
+        for j, name in enumerate(node.receivers or []):
+            if name not in notifiers:
+                where = (
+                    _place(
+                        _doc(parsed, route_file),
+                        (*loc, "receivers", j),
+                        f"no notifier named {name!r} (defined: {known})",
+                    )
+                    if route_file
+                    else Problem("", "route", f"no notifier named {name!r}")
+                )
+                problems.append(where)
+        for k, child in enumerate(node.routes):
+            walk(child, (*loc, "routes", k))
+
+    walk(root, ("route",))
+    return problems
+
+
+def _check_windows(
+    parsed: list[tuple[Document, RulesFile]], rules: Mapping[str, tuple[str, int, RuleConfig]], buffer: BufferConfig
+) -> list[Problem]:
+    problems = []
+    for file, i, rule in rules.values():
+        cond = rule.condition
+        if isinstance(cond, Spike):
+            if cond.samples is not None and cond.samples >= buffer.max_samples:
+                msg = (
+                    f"a baseline of {cond.samples} samples needs buffer.max_samples above it (now {buffer.max_samples})"
+                )
+                problems.append(_place(_doc(parsed, file), ("rules", i, "condition"), msg))
+            if cond.seconds is not None and cond.seconds > buffer.max_age:
+                msg = f"the baseline of {cond.seconds:g}s is longer than buffer.max_age ({buffer.max_age:g}s)"
+                problems.append(_place(_doc(parsed, file), ("rules", i, "condition"), msg))
+        if rule.consecutive > buffer.max_samples:
+            problems.append(_place(_doc(parsed, file), ("rules", i, "consecutive"), "more than buffer.max_samples"))
+    return problems
+
+
+def redacted(model: BaseModel) -> dict[str, Any]:
+    """A model as JSON-ready data with every secret shown as `***`."""
+    return model.model_dump(mode="json", by_alias=True)

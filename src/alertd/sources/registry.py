@@ -1,0 +1,27 @@
+"""Which class serves which source type. Modules are imported only when their type is used."""
+
+from __future__ import annotations
+
+import importlib
+
+from alertd.sources.base import Source
+from alertd.sources.config import SourceConfig
+
+SOURCES: dict[str, str] = {
+    "tensorboard": "alertd.sources.tensorboard:TensorBoardSource",
+    "nvml": "alertd.sources.nvml:NvmlSource",
+    "wandb": "alertd.sources.wandb_api:WandbSource",
+    "wandb_dir": "alertd.sources.wandb_dir:WandbDirSource",
+    "samples": "alertd.sources.samples:SamplesSource",
+}
+
+REPLAYABLE = ("tensorboard", "wandb_dir", "wandb", "samples")
+"""Source types that hold history a dry-run can replay (NVML only knows the present)."""
+
+
+def build_source(cfg: SourceConfig) -> Source:
+    """The source object for one `sources:` entry."""
+    module, _, cls = SOURCES[cfg.type].partition(":")
+    factory = getattr(importlib.import_module(module), cls)
+    source: Source = factory(cfg)
+    return source
