@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from helpers import INF, NAN, rule, samples, series, table
+from core_helpers import INF, NAN, rule, samples, series, table
 
 from alertd.buffer import BufferLimits, SeriesBuffer
 from alertd.model import Sample

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helpers import INF, NAN, rule, samples, series, table
+from core_helpers import INF, NAN, rule, samples, series, table
 
 
 def test_threshold_fires_above_and_not_at_the_threshold() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helpers import NAN, rule, samples, series, table
+from core_helpers import NAN, rule, samples, series, table
 
 
 def test_for_goes_pending_then_fires_exactly_when_the_duration_is_reached() -> None:

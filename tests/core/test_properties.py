@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from helpers import rule
+from core_helpers import rule
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

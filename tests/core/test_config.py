@@ -1,0 +1,150 @@
+"""The rules file: strict validation with places and lines, ${VAR} expansion, merging."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from alertd.config import load_config
+from alertd.errors import ConfigError
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def problems(paths: list[str], env: dict[str, str] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(paths, env or {})
+    return [str(p) for p in info.value.problems]
+
+
+def test_the_default_rules_load() -> None:
+    cfg = load_config(["rules/default.yaml"], {})
+    assert {r.name for r in cfg.rules} >= {"loss_not_finite", "gpu_hot", "training_stalled", "loss_spike"}
+    assert [s.type for s in cfg.sources] == ["tensorboard", "nvml"]
+    assert cfg.sources[0].logdir == "./runs"  # type: ignore[union-attr]
+
+
+def test_an_unknown_key_names_its_place_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "r.yaml", "rules:\n  - name: a\n    metric: loss\n    condition: nonfinite\n    treshold: 3\n")
+    assert problems([path]) == [f"{path}:5: rules[0].treshold: unknown key 'treshold'"]
+
+
+def test_a_typo_gets_a_suggestion(tmp_path: Path) -> None:
+    path = write(tmp_path, "r.yaml", "rules:\n  - {name: a, metric: loss, condition: nonfinite, severty: critical}\n")
+    assert "did you mean 'severity'?" in problems([path])[0]
+
+
+def test_every_error_is_reported_not_just_the_first(tmp_path: Path) -> None:
+    text = """
+sources:
+  - {name: tb, type: tensorboard}
+  - {name: x, type: nosuch}
+rules:
+  - {name: a, metric: loss, condition: "> x"}
+  - {name: b, metric: loss, condition: {spike: {ratio: 0.5}}}
+  - {name: c, metric: loss, condition: nonfinite, annotations: {summary: "{{ nope }}"}}
+  - {name: d, metric: loss, condition: {absent: 10m}, consecutive: 3}
+"""
+    got = problems([write(tmp_path, "r.yaml", text)])
+    places = [p.split(": ")[1] for p in got]
+    assert places == [
+        "sources[0].logdir",
+        "sources[1]",
+        "rules[0].condition",
+        "rules[1].condition",
+        "rules[2].annotations",
+        "rules[3]",
+    ]
+    assert "unknown condition '> x'" in got[2]
+    assert "upward spike needs a ratio above 1" in got[3]
+    assert "unknown name 'nope'" in got[4]
+
+
+def test_a_yaml_syntax_error_has_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "r.yaml", "rules:\n  - name: a\n   metric: [loss\n")
+    (msg,) = problems([path])
+    assert msg.startswith(f"{path}:3: invalid YAML")
+
+
+def test_a_duplicate_key_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "r.yaml", "rules:\n  - name: a\n    name: b\n    metric: loss\n    condition: nonfinite\n")
+    assert problems([path]) == [f"{path}:3: rules[0].name: duplicate key (first at line 2)"]
+
+
+def test_environment_variables_expand_with_defaults(tmp_path: Path) -> None:
+    text = 'sources:\n  - name: tb\n    type: tensorboard\n    logdir: "${LOGDIR:-/tmp/runs}"\n    interval: ${EVERY:-2}\n'
+    path = write(tmp_path, "r.yaml", text)
+    assert load_config([path], {}).sources[0].logdir == "/tmp/runs"  # type: ignore[union-attr]
+    cfg = load_config([path], {"LOGDIR": "/data", "EVERY": "5"})
+    assert cfg.sources[0].logdir == "/data" and cfg.sources[0].interval == 5  # type: ignore[union-attr]
+
+
+def test_an_unset_variable_without_default_is_named(tmp_path: Path) -> None:
+    text = "notifiers:\n  chat: {type: webhook, format: slack, url: '${SLACK_URL}'}\n"
+    path = write(tmp_path, "r.yaml", text)
+    assert problems([path]) == [f"{path}:2: notifiers.chat.url: environment variable SLACK_URL is not set"]
+
+
+def test_a_variable_cannot_change_the_structure(tmp_path: Path) -> None:
+    path = write(tmp_path, "r.yaml", "sources:\n  - {name: tb, type: tensorboard, logdir: '${X}'}\n")
+    cfg = load_config([path], {"X": "a}, evil: {b"})
+    assert cfg.sources[0].logdir == "a}, evil: {b"  # type: ignore[union-attr]
+
+
+def test_dollar_dollar_is_a_literal(tmp_path: Path) -> None:
+    path = write(tmp_path, "r.yaml", "sources:\n  - {name: tb, type: tensorboard, logdir: '/x/$${HOME}'}\n")
+    assert load_config([path], {}).sources[0].logdir == "/x/${HOME}"  # type: ignore[union-attr]
+
+
+def test_files_merge_and_duplicates_are_errors(tmp_path: Path) -> None:
+    a = write(tmp_path, "a.yaml", "notifiers: {console: {type: log}}\nrules:\n  - {name: r1, metric: loss, condition: nonfinite}\n")
+    b = write(tmp_path, "b.yaml", "rules:\n  - {name: r2, metric: loss, condition: '> 1'}\n")
+    cfg = load_config([a, b], {})
+    assert [r.name for r in cfg.rules] == ["r1", "r2"]
+    c = write(tmp_path, "c.yaml", "rules:\n  - {name: r1, metric: x, condition: nonfinite}\n")
+    assert problems([a, c]) == [f"{c}:2: rules[0].name: duplicate rule name 'r1' (first in {a} rules[0])"]
+
+
+def test_a_receiver_that_is_not_defined_is_an_error(tmp_path: Path) -> None:
+    text = """
+notifiers: {console: {type: log}}
+route: {receivers: [console], routes: [{match: {severity: critical}, receivers: [pager]}]}
+rules:
+  - {name: a, metric: loss, condition: nonfinite, notify: [slack]}
+"""
+    got = problems([write(tmp_path, "r.yaml", text)])
+    assert any("rules[0].notify[0]: no notifier named 'slack' (defined: console)" in p for p in got)
+    assert any("route.routes[0].receivers[0]: no notifier named 'pager'" in p for p in got)
+
+
+def test_without_notifiers_alerts_go_to_the_console(tmp_path: Path) -> None:
+    cfg = load_config([write(tmp_path, "r.yaml", "rules: []\n")], {})
+    assert dict(cfg.notifiers).keys() == {"console"} and cfg.route.receivers == ["console"]
+
+
+def test_a_baseline_longer_than_the_buffer_is_refused(tmp_path: Path) -> None:
+    text = "buffer: {max_samples: 20}\nrules:\n  - {name: s, metric: loss, condition: {spike: {ratio: 2, baseline: 50 samples}}}\n"
+    (msg,) = problems([write(tmp_path, "r.yaml", text)])
+    assert "rules[0].condition: a baseline of 50 samples needs buffer.max_samples above it (now 20)" in msg
+
+
+def test_durations(tmp_path: Path) -> None:
+    text = "rules:\n  - {name: a, metric: g, condition: '< 40', for: 1h30m, keep_firing_for: 90}\n"
+    (r,) = load_config([write(tmp_path, "r.yaml", text)], {}).rules
+    assert (r.hold, r.keep_firing_for) == (5400.0, 90.0)
+    bad = write(tmp_path, "bad.yaml", "rules:\n  - {name: a, metric: g, condition: '< 40', for: soon}\n")
+    assert "expected a duration such as 30s, 5m or 1h" in problems([bad])[0]
+
+
+def test_secrets_are_not_shown_in_a_dump(tmp_path: Path) -> None:
+    from alertd.config import redacted
+
+    text = "notifiers:\n  chat: {type: webhook, format: slack, url: 'https://hooks.example/T000/SECRET'}\n"
+    cfg = load_config([write(tmp_path, "r.yaml", text)], {})
+    assert "SECRET" not in str(redacted(cfg.notifiers["chat"]))
+    assert "SECRET" not in repr(cfg.notifiers["chat"])
