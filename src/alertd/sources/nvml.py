@@ -212,17 +212,10 @@ GPU_GROUPS: tuple[_Group, ...] = (
 MIG_GROUPS: tuple[_Group, ...] = (_MEMORY, _PROCESSES)
 """What is read from each MIG device (utilization, power and the like are not per MIG device)."""
 
-LIFECYCLE_FUNCTIONS = (
-    "nvmlInit",
-    "nvmlShutdown",
-    "nvmlDeviceGetCount",
-    "nvmlDeviceGetHandleByIndex",
-    "nvmlDeviceGetHandleByUUID",
-    "nvmlDeviceGetUUID",
-    "nvmlDeviceGetName",
-    "nvmlDeviceGetMigMode",
-    "nvmlDeviceGetMaxMigDeviceCount",
-    "nvmlDeviceGetMigDeviceHandleByIndex",
+LIFECYCLE_FUNCTIONS = tuple(
+    "nvmlInit nvmlShutdown nvmlDeviceGetCount nvmlDeviceGetHandleByIndex nvmlDeviceGetHandleByUUID "
+    "nvmlDeviceGetUUID nvmlDeviceGetName nvmlDeviceGetMigMode nvmlDeviceGetMaxMigDeviceCount "
+    "nvmlDeviceGetMigDeviceHandleByIndex".split()
 )
 NVML_FUNCTIONS: frozenset[str] = frozenset(
     LIFECYCLE_FUNCTIONS + tuple(n for g in GPU_GROUPS for v in g.variants for n in v.names)
@@ -471,7 +464,9 @@ class NvmlSource:
 
     def _drop(self, dev: _Device, what: str, err: BaseException) -> None:
         dev.dropped.add(what)
-        log.debug("nvml %r: GPU %s: %s unsupported (%s), not asked again", self.name, dev.gpu, what, err)
+        log.debug(
+            "nvml source %r: GPU %s: %s not supported (%s), not asked again", self.name, dev.gpu, what, err
+        )
 
     def _mark_lost(self, dev: _Device, why: str) -> None:
         dev.lost = True
@@ -489,5 +484,5 @@ class NvmlSource:
             return
         self._logged.add(key)
         log.warning(
-            "nvml %r: GPU %s: reading %s failed: %s (skipped; logged once)", self.name, gpu, what, err
+            "nvml source %r: GPU %s: reading %s failed: %s (skipped, logged once)", self.name, gpu, what, err
         )

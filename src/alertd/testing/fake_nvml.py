@@ -98,7 +98,8 @@ class FakeNvml:
     """Stands in for the `pynvml` module. Pass it as `NvmlSource(cfg, nvml=fake)`.
 
     `installed=False` makes `nvmlInit` raise LibraryNotFound (call `install()` later), `driver_loaded=False`
-    DriverNotLoaded. `missing` names functions the "driver" lacks (they raise FunctionNotFound).
+    DriverNotLoaded. `missing` names functions the "driver" lacks (they raise FunctionNotFound);
+    `memory_v2=False` is a driver older than 510, whose `nvmlDeviceGetMemoryInfo(version=...)` fails so.
     """
 
     def __init__(
@@ -108,11 +109,13 @@ class FakeNvml:
         installed: bool = True,
         driver_loaded: bool = True,
         missing: set[str] | None = None,
+        memory_v2: bool = True,
     ) -> None:
         self.gpus: list[FakeGpu] = list(gpus or [])
         self.installed = installed
         self.driver_loaded = driver_loaded
         self.missing: set[str] = set(missing or ())
+        self.memory_v2 = memory_v2
         self.initialized = False
         self.calls: collections.Counter[str] = collections.Counter()
         self.refused: list[str] = []
@@ -200,6 +203,8 @@ class FakeNvml:
 
     @_nvml_call
     def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version: int | None = None) -> SimpleNamespace:
+        if version and not self.memory_v2:
+            raise pynvml.NVMLError_FunctionNotFound()
         g = handle.gpu
         mem = SimpleNamespace(total=g.memory_total, used=g.memory_used, free=g.memory_total - g.memory_used)
         if version:
