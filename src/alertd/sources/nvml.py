@@ -212,10 +212,17 @@ GPU_GROUPS: tuple[_Group, ...] = (
 MIG_GROUPS: tuple[_Group, ...] = (_MEMORY, _PROCESSES)
 """What is read from each MIG device (utilization, power and the like are not per MIG device)."""
 
-LIFECYCLE_FUNCTIONS = tuple(
-    "nvmlInit nvmlShutdown nvmlDeviceGetCount nvmlDeviceGetHandleByIndex nvmlDeviceGetHandleByUUID "
-    "nvmlDeviceGetUUID nvmlDeviceGetName nvmlDeviceGetMigMode nvmlDeviceGetMaxMigDeviceCount "
-    "nvmlDeviceGetMigDeviceHandleByIndex".split()
+LIFECYCLE_FUNCTIONS = (
+    "nvmlInit",
+    "nvmlShutdown",
+    "nvmlDeviceGetCount",
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetHandleByUUID",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
 )
 NVML_FUNCTIONS: frozenset[str] = frozenset(
     LIFECYCLE_FUNCTIONS + tuple(n for g in GPU_GROUPS for v in g.variants for n in v.names)
