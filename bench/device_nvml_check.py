@@ -80,7 +80,7 @@ class Errors(logging.Handler):
 def start_load(stop: threading.Event) -> str:
     """A small matmul loop on cuda:0 in a thread, if torch and a GPU are there."""
     try:
-        import torch  # type: ignore[import-not-found]
+        import torch
     except Exception as err:
         return f"no load (torch not importable: {type(err).__name__})"
     if not torch.cuda.is_available():
