@@ -17,11 +17,19 @@ class TensorBoardConfig(SourceConfigBase):
 
 
 class NvmlConfig(SourceConfigBase):
-    """Reads the local GPUs through NVML. No library or driver: disabled with one warning."""
+    """Reads the local GPUs through NVML. No library or driver: disabled with one warning.
+
+    `devices` limits the source to these NVML indices (all GPUs when absent). `retry_init` is how
+    often a disabled source tries `nvmlInit` again. `processes` reports per-process GPU memory
+    (label `pid`); `mig` reports each MIG device of a GPU in MIG mode.
+    """
 
     type: Literal["nvml"]
     interval: Duration = 2.0
     devices: list[int] | None = None
+    retry_init: Duration = Field(default=300.0, gt=0)
+    processes: bool = True
+    mig: bool = True
 
 
 class WandbConfig(SourceConfigBase):
