@@ -134,9 +134,7 @@ def _memory(version: int | None) -> _Variant:
 def _throttle(fn: str) -> _Variant:
     def read(nvml: Any, h: Any) -> list[Reading]:
         bits = getattr(nvml, fn)(h)
-        return [
-            Reading(f"gpu.throttle.{name}", 1.0 if bits & mask else 0.0) for name, mask in THROTTLE_REASONS
-        ]
+        return [Reading(f"gpu.throttle.{name}", 1.0 if bits & mask else 0.0) for name, mask in THROTTLE_REASONS]
 
     return _Variant((fn,), read)
 
@@ -169,9 +167,7 @@ def _processes(nvml: Any, h: Any) -> list[Reading]:
         mem, prev = p.usedGpuMemory, used.get(p.pid)
         used[p.pid] = mem if prev is None else prev if mem is None else max(prev, mem)
     out = [Reading("gpu.processes", len(used))]
-    out += [
-        Reading("gpu.process.memory.used", m, str(pid)) for pid, m in sorted(used.items()) if m is not None
-    ]
+    out += [Reading("gpu.process.memory.used", m, str(pid)) for pid, m in sorted(used.items()) if m is not None]
     return out
 
 
@@ -471,9 +467,7 @@ class NvmlSource:
 
     def _drop(self, dev: _Device, what: str, err: BaseException) -> None:
         dev.dropped.add(what)
-        log.debug(
-            "nvml source %r: GPU %s: %s not supported (%s), not asked again", self.name, dev.gpu, what, err
-        )
+        log.debug("nvml source %r: GPU %s: %s not supported (%s), not asked again", self.name, dev.gpu, what, err)
 
     def _mark_lost(self, dev: _Device, why: str) -> None:
         dev.lost = True
@@ -490,6 +484,4 @@ class NvmlSource:
         if key in self._logged:
             return
         self._logged.add(key)
-        log.warning(
-            "nvml source %r: GPU %s: reading %s failed: %s (skipped, logged once)", self.name, gpu, what, err
-        )
+        log.warning("nvml source %r: GPU %s: reading %s failed: %s (skipped, logged once)", self.name, gpu, what, err)

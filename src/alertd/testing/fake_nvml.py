@@ -275,9 +275,7 @@ class FakeNvml:
 
     def _processes(self, handle: FakeHandle, *, graphics: bool) -> list[SimpleNamespace]:
         return [
-            SimpleNamespace(
-                pid=p.pid, usedGpuMemory=p.used_memory, gpuInstanceId=NOT_MIG, computeInstanceId=NOT_MIG
-            )
+            SimpleNamespace(pid=p.pid, usedGpuMemory=p.used_memory, gpuInstanceId=NOT_MIG, computeInstanceId=NOT_MIG)
             for p in handle.gpu.processes
             if p.graphics == graphics
         ]

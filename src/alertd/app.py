@@ -1,0 +1,340 @@
+"""The running service: the one place that wires concrete classes together.
+
+Each source is polled by an APScheduler job at its own interval. A poll that brings samples appends
+them to the buffer and evaluates the rules at once; a tick at the evaluation interval evaluates the
+time-based conditions (`for`, `absent`, `keep_firing_for`). Transitions go to the dispatcher, which
+writes what is due to the outbox; a delivery task sends it. A source that fails is retried with
+backoff, logged when its state changes, and visible as the series `alertd.source.up` (1 or 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from alertd.buffer import SeriesBuffer
+from alertd.clock import Clock, SystemClock
+from alertd.config import Config, load_config
+from alertd.dispatch.dispatcher import Dispatcher
+from alertd.dispatch.outbox import Outbox, state_dir
+from alertd.dispatch.silences import SilenceStore
+from alertd.errors import ConfigError, SourceError
+from alertd.logs import setup_logging
+from alertd.model import Sample, SeriesKey, Transition, TransitionKind, make_labels
+from alertd.notify.base import Notifier
+from alertd.notify.registry import build_notifier
+from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
+from alertd.sources.base import Source
+from alertd.sources.registry import build_source
+
+log = logging.getLogger("alertd")
+
+SOURCE_UP = "alertd.source.up"
+BACKOFF_MAX = 300.0
+
+
+@dataclass
+class SourceHealth:
+    """What the service knows about one source's polls."""
+
+    failures: int = 0
+    retry_at: float = 0.0
+    last_poll: float | None = None
+    last_error: str | None = None
+    samples: int = 0
+    errors: int = 0
+    lag: float | None = None
+    busy: bool = False
+
+
+@dataclass
+class Engine:
+    """The buffer, the rules and their state: everything evaluation touches."""
+
+    config: Config
+    buffer: SeriesBuffer
+    ruleset: RuleSet
+    state: EvalState = field(default_factory=EvalState)
+    rule_errors: dict[str, str] = field(default_factory=dict)
+    last_eval: float | None = None
+    eval_seconds: float = 0.0
+
+    def evaluate(self, now: float) -> Evaluation:
+        """Evaluate at `now` and keep the new state."""
+        ev = evaluate(self.ruleset, self.buffer, now, self.state)
+        self.state = ev.state
+        self.rule_errors.update(ev.errors)
+        self.last_eval = now
+        return ev
+
+
+class Service:
+    """alertd running: sources -> buffer -> rules -> dispatcher -> notifiers."""
+
+    def __init__(self, paths: Sequence[str], *, clock: Clock | None = None, state: Path | None = None) -> None:
+        self.paths = list(paths)
+        self.clock = clock or SystemClock()
+        config = load_config(self.paths)
+        self.engine = Engine(config, SeriesBuffer(config.buffer), RuleSet(config.rules))
+        self.state_dir = state or state_dir()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.sources: dict[str, Source] = {}
+        self.health: dict[str, SourceHealth] = {}
+        self.notifiers: dict[str, Notifier] = {}
+        self.outbox = Outbox(self.state_dir)
+        self.silences = SilenceStore(self.state_dir)
+        self.dispatcher: Dispatcher | None = None
+        self.scheduler: AsyncIOScheduler | None = None
+        self.ready = False
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+
+    @property
+    def config(self) -> Config:
+        """The rules files now in force."""
+        return self.engine.config
+
+    def _build(self, config: Config) -> None:
+        self.sources = {s.name: build_source(s) for s in config.sources}
+        self.health = {name: SourceHealth() for name in self.sources}
+        self.notifiers = {name: self._notifier(name, cfg) for name, cfg in config.notifiers.items()}
+        self.dispatcher = Dispatcher(
+            route=config.route.to_route(),
+            outbox=self.outbox,
+            notifiers=self.notifiers,
+            inhibit_rules=[r.to_rule() for r in config.inhibit_rules],
+            silences=self.silences,
+        )
+
+    def _notifier(self, name: str, cfg: object) -> Notifier:
+        if getattr(cfg, "type", None) == "kill":
+            return build_notifier(name, cfg, report=self._kill_report)  # type: ignore[arg-type]
+        return build_notifier(name, cfg)  # type: ignore[arg-type]
+
+    async def _kill_report(self, report: object) -> None:
+        log.warning("kill notifier acted", extra={"report": str(report)})
+
+    # -- polling and evaluation ------------------------------------------------------------------
+
+    async def poll_source(self, name: str) -> None:
+        """One scheduled poll of one source, with backoff after failures."""
+        source, health = self.sources[name], self.health[name]
+        now = self.clock.now()
+        if health.busy or now < health.retry_at:
+            return
+        health.busy = True
+        try:
+            samples = list(await source.poll(now))
+        except Exception as exc:  # A source never crashes the service.
+            self._source_failed(name, health, exc, now)
+            samples = []
+        else:
+            self._source_ok(name, health, samples, now)
+        finally:
+            health.busy = False
+        up = Sample(SeriesKey(SOURCE_UP, make_labels({"source": name})), now, None, 0.0 if health.failures else 1.0)
+        self.ingest([*samples, up], now)
+
+    def _source_failed(self, name: str, health: SourceHealth, exc: Exception, now: float) -> None:
+        recoverable = exc.recoverable if isinstance(exc, SourceError) else True
+        health.failures += 1
+        health.errors += 1
+        delay = min(BACKOFF_MAX, self.sources[name].interval * 2 ** min(health.failures, 10))
+        if not recoverable:
+            delay = BACKOFF_MAX
+        health.retry_at = now + delay
+        message = f"{type(exc).__name__}: {exc}"
+        if message != health.last_error:
+            log.error("source %s failed: %s (retry in %.0fs)", name, message, delay, extra={"source": name})
+        health.last_error = message
+
+    def _source_ok(self, name: str, health: SourceHealth, samples: list[Sample], now: float) -> None:
+        if health.failures:
+            log.info("source %s recovered after %d failed polls", name, health.failures, extra={"source": name})
+        health.failures, health.last_error, health.last_poll = 0, None, now
+        health.samples += len(samples)
+        if samples:
+            health.lag = now - max(s.time for s in samples)
+
+    def ingest(self, samples: list[Sample], now: float) -> None:
+        """Append samples, evaluate at `now`, and hand the transitions to the dispatcher."""
+        for restart in self.engine.buffer.append(samples, now):
+            log.info(
+                "series %s restarted: step %d -> %d, %d samples replaced",
+                restart.series,
+                restart.from_step,
+                restart.to_step,
+                restart.dropped,
+            )
+        self.evaluate(now)
+
+    def evaluate(self, now: float) -> None:
+        """Evaluate the rules and submit the transitions."""
+        started = self.clock.now()
+        ev = self.engine.evaluate(now)
+        self.engine.eval_seconds = self.clock.now() - started
+        for rule, error in ev.errors.items():
+            log.warning("rule %s: %s", rule, error, extra={"rule": rule})
+        for t in ev.transitions:
+            _log_transition(t)
+        self._submit(ev.transitions, now)
+
+    def _submit(self, transitions: Sequence[Transition], now: float) -> None:
+        assert self.dispatcher is not None
+        alerts = {a.fingerprint: a for a in self.engine.state.alerts(self.engine.ruleset.rules)}
+        self.dispatcher.submit(transitions, alerts, now)
+        self._wake.set()
+
+    async def tick(self) -> None:
+        """The evaluation tick: time-based conditions and group timers."""
+        self.evaluate(self.clock.now())
+
+    async def _deliveries(self) -> None:
+        """Deliver what the outbox holds as soon as it is due; run group timers when they expire."""
+        assert self.dispatcher is not None
+        while not self._stop.is_set():
+            self._wake.clear()
+            now = self.clock.now()
+            wake = self.dispatcher.next_wakeup()
+            if wake is not None and wake <= now:
+                alerts = {a.fingerprint: a for a in self.engine.state.alerts(self.engine.ruleset.rules)}
+                self.dispatcher.submit((), alerts, now)
+            try:
+                await self.dispatcher.deliver_due(now)
+            except Exception:  # Delivery errors are the pipeline's; this loop must survive anything.
+                log.exception("delivery loop")
+            wake = self.dispatcher.next_wakeup()
+            timeout = None if wake is None else max(0.05, wake - self.clock.now())
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run until stop() is called."""
+        self._build(self.config)
+        scheduler = self.scheduler = AsyncIOScheduler()
+        for name, source in self.sources.items():
+            scheduler.add_job(
+                self.poll_source,
+                "interval",
+                args=[name],
+                seconds=source.interval,
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=None,
+                id=f"source:{name}",
+                next_run_time=datetime.now(UTC),
+            )
+        scheduler.add_job(
+            self.tick,
+            "interval",
+            seconds=self.config.evaluation_interval,
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+            id="tick",
+        )
+        scheduler.add_job(self._housekeeping, "interval", seconds=60, id="housekeeping")
+        for name, notifier in self.notifiers.items():
+            resend = getattr(notifier, "resend", None)
+            if resend is not None:
+                every = getattr(self.config.notifiers[name], "resend_interval", 60.0)
+                scheduler.add_job(self._resend, "interval", args=[name], seconds=every, id=f"resend:{name}")
+        scheduler.start()
+        deliveries = asyncio.create_task(self._deliveries(), name="deliveries")
+        self.ready = True
+        log.info(
+            "alertd started",
+            extra={"rules": len(self.config.rules), "sources": list(self.sources), "state_dir": str(self.state_dir)},
+        )
+        try:
+            await self._stop.wait()
+        finally:
+            await self._shutdown(deliveries)
+
+    async def _housekeeping(self) -> None:
+        now = self.clock.now()
+        self.engine.buffer.evict_all(now)
+        if self.dispatcher is not None:
+            self.dispatcher.prune(now)
+
+    async def _resend(self, name: str) -> None:
+        try:
+            await self.notifiers[name].resend(self.clock.now())  # type: ignore[attr-defined]
+        except Exception as exc:
+            log.warning("notifier %s: re-sending firing alerts failed: %s", name, exc)
+
+    def stop(self) -> None:
+        """Ask the service to stop (safe to call from a signal handler)."""
+        self._stop.set()
+
+    async def _shutdown(self, deliveries: asyncio.Task[None]) -> None:
+        self.ready = False
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=False)
+        self._wake.set()
+        try:
+            await asyncio.wait_for(deliveries, 5)
+        except (TimeoutError, asyncio.CancelledError):
+            deliveries.cancel()
+        for source in self.sources.values():
+            await _quietly(source.aclose())
+        for notifier in self.notifiers.values():
+            await _quietly(notifier.aclose())
+        self.outbox.close()
+        log.info("alertd stopped")
+
+
+async def _quietly(coro: object) -> None:
+    try:
+        await coro  # type: ignore[misc]
+    except Exception as exc:
+        log.warning("while closing: %s", exc)
+
+
+def _log_transition(t: Transition) -> None:
+    level = logging.WARNING if t.state in (TransitionKind.FIRING, TransitionKind.PENDING) else logging.INFO
+    labels = dict(t.labels)
+    log.log(
+        level,
+        "alert %s %s %s",
+        t.rule,
+        t.state.value,
+        ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+        extra={"rule": t.rule, "state": t.state.value, "step": t.step, "value": str(t.value)},
+    )
+
+
+def run_service(
+    paths: Sequence[str], *, listen: str | None = None, state_dir: str | None = None, log_format: str = "auto"
+) -> int:
+    """`alertd run`: run until SIGINT or SIGTERM; 0 on a clean stop, 1 on a bad rules file."""
+    setup_logging(log_format)
+    if state_dir:
+        os.environ["ALERTD_STATE_DIR"] = state_dir
+    try:
+        service = Service(paths)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            log.error("%s", problem)
+        return 1
+    return asyncio.run(_main(service, listen))
+
+
+async def _main(service: Service, listen: str | None) -> int:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, service.stop)
+    await service.run()
+    return 0
