@@ -10,6 +10,7 @@ backoff, logged when its state changes, and visible as the series `alertd.source
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -213,10 +214,8 @@ class Service:
                 log.exception("delivery loop")
             wake = self.dispatcher.next_wakeup()
             timeout = None if wake is None else max(0.05, wake - self.clock.now())
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -29,6 +29,13 @@ class SeriesKey:
 
     metric: str
     labels: Labels = ()
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.metric, self.labels)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def label(self, name: str) -> str | None:
         """Return the value of label `name`, or None."""

@@ -30,8 +30,9 @@ def samples(key: SeriesKey, values: Sequence[float], *, every: float = 10.0, sta
     return [Sample(key, start + i * every, i, v) for i, v in enumerate(values)]
 
 
-def table(rules: Iterable[Rule], data: Sequence[Sample], until: float | None = None,
-          limits: BufferLimits | None = None) -> list[tuple[float, str, str]]:
+def table(
+    rules: Iterable[Rule], data: Sequence[Sample], until: float | None = None, limits: BufferLimits | None = None
+) -> list[tuple[float, str, str]]:
     """(time, rule, state) of every transition, feeding the samples one by one."""
     replay = Replay(RuleSet(list(rules)), limits or BufferLimits())
     out = []

@@ -30,7 +30,9 @@ def test_the_default_rules_load() -> None:
 
 
 def test_an_unknown_key_names_its_place_and_line(tmp_path: Path) -> None:
-    path = write(tmp_path, "r.yaml", "rules:\n  - name: a\n    metric: loss\n    condition: nonfinite\n    treshold: 3\n")
+    path = write(
+        tmp_path, "r.yaml", "rules:\n  - name: a\n    metric: loss\n    condition: nonfinite\n    treshold: 3\n"
+    )
     assert problems([path]) == [f"{path}:5: rules[0].treshold: unknown key 'treshold'"]
 
 
@@ -77,7 +79,9 @@ def test_a_duplicate_key_is_an_error(tmp_path: Path) -> None:
 
 
 def test_environment_variables_expand_with_defaults(tmp_path: Path) -> None:
-    text = 'sources:\n  - name: tb\n    type: tensorboard\n    logdir: "${LOGDIR:-/tmp/runs}"\n    interval: ${EVERY:-2}\n'
+    text = (
+        'sources:\n  - name: tb\n    type: tensorboard\n    logdir: "${LOGDIR:-/tmp/runs}"\n    interval: ${EVERY:-2}\n'
+    )
     path = write(tmp_path, "r.yaml", text)
     assert load_config([path], {}).sources[0].logdir == "/tmp/runs"  # type: ignore[union-attr]
     cfg = load_config([path], {"LOGDIR": "/data", "EVERY": "5"})
@@ -102,7 +106,11 @@ def test_dollar_dollar_is_a_literal(tmp_path: Path) -> None:
 
 
 def test_files_merge_and_duplicates_are_errors(tmp_path: Path) -> None:
-    a = write(tmp_path, "a.yaml", "notifiers: {console: {type: log}}\nrules:\n  - {name: r1, metric: loss, condition: nonfinite}\n")
+    a = write(
+        tmp_path,
+        "a.yaml",
+        "notifiers: {console: {type: log}}\nrules:\n  - {name: r1, metric: loss, condition: nonfinite}\n",
+    )
     b = write(tmp_path, "b.yaml", "rules:\n  - {name: r2, metric: loss, condition: '> 1'}\n")
     cfg = load_config([a, b], {})
     assert [r.name for r in cfg.rules] == ["r1", "r2"]

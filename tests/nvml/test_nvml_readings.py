@@ -133,9 +133,7 @@ async def test_mig_devices_report_memory_and_processes_with_parent_label() -> No
     parent = gpus[0]
     parent.mig_enabled = True
     parent.unsupported = {"nvmlDeviceGetUtilizationRates"}  # as on a real GPU in MIG mode
-    mig0 = FakeGpu(
-        uuid="MIG-aaaa", name="NVIDIA H200 MIG 3g.71gb", memory_used=10 * GiB, memory_total=71 * GiB
-    )
+    mig0 = FakeGpu(uuid="MIG-aaaa", name="NVIDIA H200 MIG 3g.71gb", memory_used=10 * GiB, memory_total=71 * GiB)
     mig2 = FakeGpu(uuid="MIG-cccc", name="NVIDIA H200 MIG 1g.18gb", memory_used=GiB, memory_total=18 * GiB)
     mig2.processes = [FakeProcess(pid=555, used_memory=GiB)]
     parent.mig_devices = [mig0, None, mig2]

@@ -37,9 +37,7 @@ async def test_utilisation_low_for_thirty_minutes() -> None:
     assert all(v == 3 for t, v in util if t >= T0 + 60)
     assert all(v == 90 for _, v in series(seen, "gpu.utilization", "1"))
     pid = [s for s in seen if s.series.metric == "gpu.process.memory.used" and s.time == T0 + 1800]
-    assert [(s.series.label("pid"), s.series.label("gpu"), s.value) for s in pid] == [
-        ("31337", "0", 60 * 2**30)
-    ]
+    assert [(s.series.label("pid"), s.series.label("gpu"), s.value) for s in pid] == [("31337", "0", 60 * 2**30)]
 
 
 async def test_temperature_rising_into_thermal_slowdown() -> None:

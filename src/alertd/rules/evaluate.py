@@ -140,8 +140,8 @@ class _Run:
             out.append((name, text))
         return tuple(out)
 
-    def track(self, rule: Rule, series: Series) -> None:
-        """Step one pair through the series' new samples."""
+    def track(self, rule: Rule, series: Series, now: float) -> None:
+        """Step one pair through the series' new samples, then through time up to `now`."""
         pair = (rule.name, series.key)
         old = self.tracks.get(pair)
         tr = old.copy() if old is not None else Track()
@@ -149,29 +149,37 @@ class _Run:
         first = series.first_new(tr.generation, tr.position)
         if tr.generation != series.generation:
             tr.streak = 0
-        finished_at = self.buffer.finished_at(series.key) if rule.absent else None
-        cond, need = rule.condition, rule.consecutive
+        absent = rule.absent
+        finished_at = self.buffer.finished_at(series.key) if absent else None
+        cond, need, emit, inactive = rule.condition, rule.consecutive, self.emit, AlertState.INACTIVE
         times, values = series.times, series.values
         for i in range(series.index(first), len(times)):
             t = times[i]
-            advance(rule, tr, t, finished_at, self.emit, inclusive=False)
+            if absent is not None or tr.state is not inactive:
+                advance(rule, tr, t, finished_at, emit, inclusive=False)
             tr.value, tr.step, tr.time, tr.last_time = values[i], series.step_at(i), t, t
             tr.streak = tr.streak + 1 if cond.check(series, i) else 0
-            if (tr.streak >= need) != tr.cond or tr.cond:
-                set_condition(rule, tr, tr.streak >= need, t, self.emit)
+            if tr.cond or tr.streak >= need:
+                set_condition(rule, tr, tr.streak >= need, t, emit)
         tr.generation, tr.position = series.generation, series.end
         self.tracks[pair] = tr
+        self._settle(rule, pair, tr, finished_at, now)
 
     def finish(self, pair: PairKey, now: float) -> None:
-        """Apply the pair's time-based changes up to `now` and file its next timer."""
+        """Apply the time-based changes of a pair without new samples up to `now`."""
         rule = self.ruleset.by_name[pair[0]]
         tr = self.tracks[pair]
-        finished_at = self.buffer.finished_at(pair[1]) if rule.absent else None
-        if next_event(rule, tr, finished_at) is not None:
-            if tr is self.prev.tracks.get(pair):
-                tr = self.tracks[pair] = tr.copy()
-            self._rule, self._key = rule, pair[1]
-            advance(rule, tr, now, finished_at, self.emit, inclusive=True)
+        if tr is self.prev.tracks.get(pair):
+            tr = self.tracks[pair] = tr.copy()
+        self._rule, self._key = rule, pair[1]
+        self._settle(rule, pair, tr, self.buffer.finished_at(pair[1]) if rule.absent else None, now)
+
+    def _settle(self, rule: Rule, pair: PairKey, tr: Track, finished_at: float | None, now: float) -> None:
+        if rule.absent is None and tr.state is AlertState.INACTIVE:
+            if pair in self.timers:
+                del self.timers[pair]
+            return
+        advance(rule, tr, now, finished_at, self.emit, inclusive=True)
         due = next_event(rule, tr, finished_at)
         if due is None:
             self.timers.pop(pair, None)
@@ -188,16 +196,14 @@ def evaluate(ruleset: RuleSet, buffer: SeriesBuffer, now: float, prev: EvalState
         for rule in ruleset.for_series(series.key):
             emitted = len(run.transitions)
             try:
-                run.track(rule, series)
+                run.track(rule, series, now)
             except Exception as exc:  # One bad rule must not stop the others.
                 del run.transitions[emitted:]
                 run.errors[rule.name] = f"{type(exc).__name__}: {exc} (series {series.key})"
-                continue
             touched.add((rule.name, series.key))
-    due = [p for p, t in run.timers.items() if t <= now]
-    for pair in touched.union(due):
+    for pair in [p for p, t in run.timers.items() if t <= now and p not in touched]:
         if pair[0] not in ruleset.by_name:
-            run.timers.pop(pair, None)
+            del run.timers[pair]
             continue
         emitted = len(run.transitions)
         try:

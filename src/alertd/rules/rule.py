@@ -70,16 +70,14 @@ class Rule:
     notify: tuple[str, ...] = ()
     _names: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
     _glob: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+    absent: Absent | None = field(default=None, init=False, compare=False, repr=False)
+    """The absence condition, if this is an `absent` rule."""
 
     def __post_init__(self) -> None:
         names, glob = compile_metric_patterns(self.metrics)
         object.__setattr__(self, "_names", names)
         object.__setattr__(self, "_glob", glob)
-
-    @property
-    def absent(self) -> Absent | None:
-        """The absence condition, if this is an `absent` rule."""
-        return self.condition if isinstance(self.condition, Absent) else None
+        object.__setattr__(self, "absent", self.condition if isinstance(self.condition, Absent) else None)
 
     def watches(self, key: SeriesKey) -> bool:
         """Whether this rule applies to the series `key`."""

@@ -57,8 +57,10 @@ class Track:
     def copy(self) -> Track:
         """A shallow copy to change without touching the previous evaluation's state."""
         new = Track.__new__(Track)
-        for name in Track.__slots__:
-            setattr(new, name, getattr(self, name))
+        new.generation, new.position, new.streak, new.cond = self.generation, self.position, self.streak, self.cond
+        new.state, new.active_at, new.fired_at = self.state, self.active_at, self.fired_at
+        new.keep_since, new.last_time, new.value = self.keep_since, self.last_time, self.value
+        new.step, new.time, new.annotations = self.step, self.time, self.annotations
         return new
 
 
