@@ -1,10 +1,10 @@
 """The exceptions of alertd.
 
-    AlertdError
-    ├── ConfigError        a rules file (or test file) is invalid; carries every problem with its place
-    ├── SourceError        a source could not be read; `recoverable` says whether a later poll may succeed
-    └── NotifyError        a notification was not delivered; `recoverable` says whether a retry can help,
-                           `retry_after` is the receiver's own hint in seconds
+AlertdError
+├── ConfigError        a rules file (or test file) is invalid; carries every problem with its place
+├── SourceError        a source could not be read; `recoverable` says whether a later poll may succeed
+└── NotifyError        a notification was not delivered; `recoverable` says whether a retry can help,
+                       `retry_after` is the receiver's own hint in seconds
 """
 
 from __future__ import annotations

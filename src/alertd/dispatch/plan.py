@@ -106,7 +106,7 @@ def plan(
         if t.state in (TransitionKind.FIRING, TransitionKind.RESOLVED):
             unrouted += _insert(groups, t, route, now)
     if alerts is not None:
-        unrouted += _reconcile(groups, alerts, route, now)
+        _reconcile(groups, alerts, route, now)
     sources = _firing_sources(groups, alerts)
     active = [s for s in silences if s.is_active(now)]
     log = dict(state.log)
@@ -159,9 +159,7 @@ def _firing(t: Transition) -> bool:
     return t.state is TransitionKind.FIRING
 
 
-def _reconcile(
-    groups: dict[str, Group], alerts: Mapping[str, Alert], root: Route, now: float
-) -> list[Suppressed]:
+def _reconcile(groups: dict[str, Group], alerts: Mapping[str, Alert], root: Route, now: float) -> None:
     firing = {fp: a for fp, a in alerts.items() if a.state is AlertState.FIRING}
     held: set[str] = set()
     for key, group in list(groups.items()):
@@ -173,11 +171,9 @@ def _reconcile(
         if gone:
             groups[key] = replace(group, alerts={**group.alerts, **gone})
         held.update(fp for fp, t in group.alerts.items() if t.state is TransitionKind.FIRING)
-    out: list[Suppressed] = []
     for fp, a in firing.items():
         if fp not in held:
-            out += _insert(groups, transition_of(a), root, now)
-    return out
+            _insert(groups, transition_of(a), root, now)  # unrouted ones were reported when they fired
 
 
 def _resolved_now(t: Transition, now: float) -> Transition:
