@@ -113,8 +113,8 @@ class Silence:
     def __post_init__(self) -> None:
         if not self.matchers:
             raise ValueError(f"silence {self.id}: needs at least one matcher")
-        if self.ends_at <= self.starts_at:
-            raise ValueError(f"silence {self.id}: ends_at must be after starts_at")
+        if self.ends_at < self.starts_at:
+            raise ValueError(f"silence {self.id}: ends_at must not be before starts_at")
 
     def is_active(self, now: float) -> bool:
         """Whether the silence mutes alerts at `now`."""
