@@ -201,3 +201,21 @@ async def test_restart_resumes_pending_and_remembers_what_was_sent(
     await again.deliver_due(5_000.0)
     assert len(receiver.recorder.delivered()) == 3
     assert receiver.recorder.bodies[-1]["status"] == "resolved"
+
+
+@pytest.mark.anyio
+async def test_resolution_is_not_delivered_before_the_firing_notification_it_follows(
+    tmp_path: Path, receiver: Receiver, hook: HttpTestNotifier
+) -> None:
+    d = dispatcher(tmp_path, hook)
+    receiver.recorder.responses = [(429, {"Retry-After": "100"})]
+    d.submit([tr("nan", FIRING, 0.0)], None, 0.0)
+    await d.deliver_due(0.0)
+    d.submit([tr("nan", RESOLVED, 30.0)], None, 30.0)
+    assert d.submit([], None, 60.0).notifications[0].status == "resolved"
+    assert (
+        await d.deliver_due(60.0) == []
+    )  # the firing one waits for its Retry-After; the resolution waits too
+    outs = await d.deliver_due(100.0)
+    assert [o.result for o in outs] == ["delivered", "delivered"]
+    assert [b["status"] for b in receiver.recorder.bodies] == ["firing", "resolved"]

@@ -17,13 +17,13 @@ from alertd.model import Notification
 from .helpers import FIRING, RESOLVED, tr
 
 
-def _note(key: str, created: float = 0.0) -> Notification:
+def _note(key: str, created: float = 0.0, group: str = "{}:{}") -> Notification:
     alerts = (
         tr("nan", FIRING, 1.5, value=math.nan),
         tr("big", FIRING, 2.0, value=math.inf, notify=("stop",)),
         tr("small", RESOLVED, 3.0, value=-math.inf),
     )
-    return Notification("hook", "{}:{}", (("run", "r1"),), "firing", alerts, key, created)
+    return Notification("hook", group, (("run", "r1"),), "firing", alerts, key, created)
 
 
 def test_notifications_round_trip_through_strict_json_with_nan_and_inf() -> None:
@@ -48,7 +48,7 @@ def test_state_dir_honours_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
 def test_outbox_keeps_plans_and_log_across_reopen_and_ignores_a_replanned_key(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "state")
     entry = LogEntry(frozenset({"a", "b"}), frozenset({"c"}), 5.0, 2)
-    assert box.commit_plan([_note("k1", 5.0), _note("k2", 5.0)], {("g", "hook"): entry}) == 2
+    assert box.commit_plan([_note("k1", 5.0, "a"), _note("k2", 5.0, "b")], {("g", "hook"): entry}) == 2
     assert box.commit_plan([_note("k1", 6.0)], {}) == 0
     box.close()
     again = Outbox(tmp_path / "state")
@@ -63,6 +63,20 @@ def test_outbox_keeps_plans_and_log_across_reopen_and_ignores_a_replanned_key(tm
     again.mark_failed("k1", "late", 10.0)  # a delivered row stays delivered
     assert [r.status for r in again.rows()] == ["delivered", "pending"]
     again.close()
+
+
+def test_a_newer_notification_of_a_group_waits_for_the_older_one(tmp_path: Path) -> None:
+    box = Outbox(tmp_path)
+    box.commit_plan([_note("old", 0.0, "g"), _note("new", 60.0, "g"), _note("other", 60.0, "h")], {})
+    box.mark_retry("old", "HTTP 503", 100.0)
+    assert [r.key for r in box.due(60.0)] == ["other"]
+    assert box.next_due() == 60.0
+    box.mark_delivered("other", 60.0)
+    assert box.next_due() == 100.0
+    assert [r.key for r in box.due(100.0)] == ["old"]
+    box.mark_delivered("old", 100.0)
+    assert [r.key for r in box.due(100.0)] == ["new"]
+    box.close()
 
 
 def test_one_writer_per_state_directory(tmp_path: Path) -> None:

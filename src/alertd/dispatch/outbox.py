@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     done_at REAL
 );
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (status, next_attempt_at);
+CREATE INDEX IF NOT EXISTS outbox_group ON outbox (receiver, group_key, status, created);
 CREATE TABLE IF NOT EXISTS nflog (
     group_key TEXT NOT NULL,
     receiver TEXT NOT NULL,
@@ -48,6 +49,10 @@ CREATE TABLE IF NOT EXISTS nflog (
     PRIMARY KEY (group_key, receiver)
 );
 """
+
+_HEAD = """NOT EXISTS (SELECT 1 FROM outbox AS p
+    WHERE p.status = 'pending' AND p.receiver = o.receiver AND p.group_key = o.group_key
+    AND (p.created < o.created OR (p.created = o.created AND p.rowid < o.rowid)))"""
 
 
 def state_dir(default: str | Path = "./.state") -> Path:
@@ -143,8 +148,12 @@ class Outbox:
         return cur.rowcount
 
     def due(self, now: float) -> list[OutboxRow]:
-        """Pending notifications whose next attempt is due, oldest first."""
-        return self._rows("WHERE status = 'pending' AND next_attempt_at <= ?", (now,))
+        """Pending notifications whose next attempt is due, oldest first.
+
+        Only the oldest pending notification of each group and receiver is offered, so a receiver
+        never hears a group's resolution before the firing notification that is still being retried.
+        """
+        return self._rows(f"WHERE status = 'pending' AND next_attempt_at <= ? AND {_HEAD}", (now,))
 
     def rows(self, status: str | None = None) -> list[OutboxRow]:
         """Every row (or those with `status`), oldest first."""
@@ -154,7 +163,9 @@ class Outbox:
 
     def next_due(self) -> float | None:
         """When the earliest pending notification is due, or None."""
-        (t,) = self._db.execute("SELECT MIN(next_attempt_at) FROM outbox WHERE status = 'pending'").fetchone()
+        (t,) = self._db.execute(
+            f"SELECT MIN(next_attempt_at) FROM outbox AS o WHERE status = 'pending' AND {_HEAD}"
+        ).fetchone()
         return None if t is None else float(t)
 
     def mark_delivered(self, key: str, now: float) -> None:
@@ -185,7 +196,7 @@ class Outbox:
 
     def _rows(self, where: str, params: tuple[object, ...]) -> list[OutboxRow]:
         sql = (
-            "SELECT payload, status, attempts, next_attempt_at, last_error, done_at FROM outbox "
+            "SELECT payload, status, attempts, next_attempt_at, last_error, done_at FROM outbox AS o "
             f"{where} ORDER BY next_attempt_at, created, key"
         )
         return [

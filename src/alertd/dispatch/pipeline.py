@@ -114,11 +114,19 @@ class Delivery:
 
     async def deliver_due(self, now: float) -> list[Outcome]:
         """Attempt every notification due at `now`; return what happened to each."""
-        by_receiver: dict[str, list[OutboxRow]] = defaultdict(list)
-        for row in self.outbox.due(now):
-            by_receiver[row.receiver].append(row)
-        results = await asyncio.gather(*(self._serve(r, rows, now) for r, rows in by_receiver.items()))
-        return [o for outcomes in results for o in outcomes]
+        done: list[Outcome] = []
+        seen: set[str] = set()
+        while True:  # a delivered notification may let the next one of its group go in the same call
+            by_receiver: dict[str, list[OutboxRow]] = defaultdict(list)
+            for row in self.outbox.due(now):
+                if row.key not in seen:
+                    by_receiver[row.receiver].append(row)
+            if not by_receiver:
+                return done
+            results = await asyncio.gather(*(self._serve(r, rows, now) for r, rows in by_receiver.items()))
+            for outcome in (o for outcomes in results for o in outcomes):
+                seen.add(outcome.key)
+                done.append(outcome)
 
     async def _serve(self, receiver: str, rows: Sequence[OutboxRow], now: float) -> list[Outcome]:
         notifier = self.notifiers.get(receiver)

@@ -289,7 +289,8 @@ def needs_update(
 def _notification(
     receiver: str, group: Group, shown: Iterable[Transition], entry: LogEntry, now: float
 ) -> Notification:
-    alerts = tuple(sorted(shown, key=lambda t: (t.state is not TransitionKind.FIRING, t.time, t.fingerprint)))
+    # `shown` comes in fingerprint order; the stable sort keeps it among equal (state, time)
+    alerts = tuple(sorted(shown, key=lambda t: (t.state is not TransitionKind.FIRING, t.time)))
     status = "firing" if any(_firing(t) for t in alerts) else "resolved"
     start = min((t.active_at if t.active_at is not None else t.time) for t in alerts)
     return Notification(
