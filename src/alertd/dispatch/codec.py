@@ -1,0 +1,79 @@
+"""JSON form of notifications for the outbox: every field kept, NaN and ±Inf as strings."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from alertd.model import Notification, Transition, TransitionKind, format_value
+
+
+def _value(raw: Any) -> float:
+    if raw == "NaN":
+        return math.nan
+    if raw == "+Inf":
+        return math.inf
+    if raw == "-Inf":
+        return -math.inf
+    return float(raw)
+
+
+def transition_to_dict(t: Transition) -> dict[str, Any]:
+    """A transition as plain JSON types."""
+    return {
+        "rule": t.rule,
+        "state": t.state.value,
+        "time": t.time,
+        "step": t.step,
+        "value": format_value(t.value),
+        "labels": [list(p) for p in t.labels],
+        "severity": t.severity,
+        "annotations": [list(p) for p in t.annotations],
+        "active_at": t.active_at,
+        "notify": list(t.notify),
+    }
+
+
+def transition_from_dict(d: dict[str, Any]) -> Transition:
+    """The inverse of `transition_to_dict`."""
+    return Transition(
+        rule=d["rule"],
+        state=TransitionKind(d["state"]),
+        time=float(d["time"]),
+        step=d["step"],
+        value=_value(d["value"]),
+        labels=tuple((str(k), str(v)) for k, v in d["labels"]),
+        severity=d["severity"],
+        annotations=tuple((str(k), str(v)) for k, v in d["annotations"]),
+        active_at=d["active_at"],
+        notify=tuple(d["notify"]),
+    )
+
+
+def dumps(n: Notification) -> str:
+    """The notification as one strict JSON document (no bare NaN)."""
+    doc = {
+        "receiver": n.receiver,
+        "group_key": n.group_key,
+        "group_labels": [list(p) for p in n.group_labels],
+        "status": n.status,
+        "alerts": [transition_to_dict(t) for t in n.alerts],
+        "key": n.key,
+        "created": n.created,
+    }
+    return json.dumps(doc, allow_nan=False, separators=(",", ":"))
+
+
+def loads(text: str) -> Notification:
+    """The inverse of `dumps`."""
+    d = json.loads(text)
+    return Notification(
+        receiver=d["receiver"],
+        group_key=d["group_key"],
+        group_labels=tuple((str(k), str(v)) for k, v in d["group_labels"]),
+        status=d["status"],
+        alerts=tuple(transition_from_dict(a) for a in d["alerts"]),
+        key=d["key"],
+        created=float(d["created"]),
+    )

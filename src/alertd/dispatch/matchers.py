@@ -1,0 +1,131 @@
+"""Label matchers and silences, as in Alertmanager (pure: no I/O, no clock reads).
+
+An alert is matched on its labels plus three it carries by nature: `severity`, `rule` and `alertname`
+(the same as `rule`, so Alertmanager habits work). A label the alert lacks has the value "" for matching,
+so `team!="ml"` matches an alert with no `team` label, as in Alertmanager.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+from alertd.model import Labels
+
+_MATCHER = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(=~|!~|!=|=)\s*(?:"((?:[^"\\]|\\.)*)"|(.*?))\s*$')
+
+
+class MatchOp(enum.Enum):
+    """The four matcher operators: equal, not equal, regex match, regex non-match."""
+
+    EQ = "="
+    NE = "!="
+    RE = "=~"
+    NRE = "!~"
+
+
+@lru_cache(maxsize=1024)
+def compile_anchored(pattern: str) -> re.Pattern[str]:
+    """Compile `pattern` so that it must match the whole value (Alertmanager anchors its regexes)."""
+    return re.compile(f"^(?:{pattern})$")
+
+
+@dataclass(frozen=True, slots=True)
+class Matcher:
+    """`name op value`; regexes are anchored: `run=~"exp.*"` matches `exp1`, not `old-exp1`."""
+
+    name: str
+    op: MatchOp
+    value: str
+
+    def __post_init__(self) -> None:
+        if self.op in (MatchOp.RE, MatchOp.NRE):
+            try:
+                compile_anchored(self.value)
+            except re.error as exc:
+                raise ValueError(
+                    f"matcher {self.name}{self.op.value}{self.value!r}: bad regex: {exc}"
+                ) from None
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether the labels satisfy this matcher; a missing label counts as ""."""
+        got = labels.get(self.name, "")
+        if self.op is MatchOp.EQ:
+            return got == self.value
+        if self.op is MatchOp.NE:
+            return got != self.value
+        hit = compile_anchored(self.value).match(got) is not None
+        return hit if self.op is MatchOp.RE else not hit
+
+    @classmethod
+    def parse(cls, text: str) -> Matcher:
+        """Parse `name=value`, `name!="value"`, `name=~regex` or `name!~"regex"`."""
+        m = _MATCHER.match(text)
+        if m is None:
+            raise ValueError(f'expected a matcher such as severity="critical" or run=~"exp.*", got {text!r}')
+        raw = m.group(3)
+        value = re.sub(r"\\(.)", r"\1", raw) if raw is not None else m.group(4)
+        return cls(m.group(1), MatchOp(m.group(2)), value)
+
+    def __str__(self) -> str:
+        escaped = self.value.replace("\\", "\\\\").replace('"', '\\"')
+        return f'{self.name}{self.op.value}"{escaped}"'
+
+
+def matches_all(matchers: Iterable[Matcher], labels: Mapping[str, str]) -> bool:
+    """True when every matcher matches (an empty list matches everything)."""
+    return all(m.matches(labels) for m in matchers)
+
+
+def equality_matchers(
+    match: Mapping[str, str], match_re: Mapping[str, str] | None = None
+) -> tuple[Matcher, ...]:
+    """Matchers from the rules file's `match` (equality) and `match_re` (anchored regex) maps."""
+    out = [Matcher(k, MatchOp.EQ, v) for k, v in sorted(match.items())]
+    out += [Matcher(k, MatchOp.RE, v) for k, v in sorted((match_re or {}).items())]
+    return tuple(out)
+
+
+def alert_label_map(rule: str, labels: Labels, severity: str) -> dict[str, str]:
+    """The labels an alert is matched on: its own plus `severity`, `rule` and `alertname`."""
+    out = dict(labels)
+    if severity:
+        out.setdefault("severity", severity)
+    out.setdefault("rule", rule)
+    out.setdefault("alertname", rule)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Silence:
+    """Mutes every alert that all `matchers` match while `starts_at <= now < ends_at`."""
+
+    id: str
+    matchers: tuple[Matcher, ...]
+    starts_at: float
+    ends_at: float
+    created_by: str = ""
+    comment: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.matchers:
+            raise ValueError(f"silence {self.id}: needs at least one matcher")
+        if self.ends_at < self.starts_at:
+            raise ValueError(f"silence {self.id}: ends_at must not be before starts_at")
+
+    def is_active(self, now: float) -> bool:
+        """Whether the silence mutes alerts at `now`."""
+        return self.starts_at <= now < self.ends_at
+
+    def state(self, now: float) -> str:
+        """`pending` (not started), `active` or `expired`, as Alertmanager reports it."""
+        if now < self.starts_at:
+            return "pending"
+        return "active" if now < self.ends_at else "expired"
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether this silence's matchers all match `labels` (ignores time)."""
+        return matches_all(self.matchers, labels)

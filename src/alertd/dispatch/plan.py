@@ -1,0 +1,323 @@
+"""Notification planning: Alertmanager's aggregation groups and dedup stage as one pure function.
+
+`plan(state, ...)` takes what the engine reported, the notification log, the routes, silences and
+inhibition rules and `now`, and returns the notifications due now, what was muted and why, the new
+state and when planning must run again. No I/O, no clock reads; the state is never mutated.
+
+Timing, per group (one route, one set of group labels) as in Alertmanager's `dispatch.go`:
+- a new group is flushed `group_wait` after its first alert (at once when the alert is older than that);
+- after each flush the next is `group_interval` later; alerts added meanwhile wait for it;
+- a group whose alerts are all resolved is dropped after its flush.
+At each flush, per receiver, `DedupStage.needsUpdate` decides: send when a firing alert is new to the
+notification log, when all alerts resolved after firing ones were sent, when resolved alerts are new and
+`send_resolved` is on, or when `repeat_interval` has passed since the last send.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from alertd.dispatch.matchers import Silence, alert_label_map
+from alertd.dispatch.routes import InhibitRule, Route, bypass_route
+from alertd.model import Alert, AlertState, Labels, Notification, Transition, TransitionKind
+
+LogKey = tuple[str, str]
+"""(group key, receiver): one notification-log entry."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """What was last sent for one group to one receiver (Alertmanager's nflog entry)."""
+
+    firing: frozenset[str]
+    resolved: frozenset[str]
+    sent_at: float
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """An aggregation group: the alerts of one route with the same group labels, latest transition each."""
+
+    key: str
+    route: Route
+    labels: Labels
+    alerts: Mapping[str, Transition]
+    next_flush: float
+
+
+@dataclass(frozen=True, slots=True)
+class PlanState:
+    """The planner's memory between calls: open groups and the notification log."""
+
+    groups: Mapping[str, Group] = field(default_factory=dict)
+    log: Mapping[LogKey, LogEntry] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Suppressed:
+    """An alert left out of a notification: `reason` is `silenced` (by silence id), `inhibited` (by the
+    fingerprint of the muting alert) or `unrouted` (no route with a receiver)."""
+
+    fingerprint: str
+    rule: str
+    labels: Labels
+    group_key: str
+    reason: str
+    by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The outcome of one planning call."""
+
+    notifications: tuple[Notification, ...]
+    suppressed: tuple[Suppressed, ...]
+    state: PlanState
+    log_updates: Mapping[LogKey, LogEntry]
+    next_run: float | None
+
+
+def group_key(route: Route, labels: Labels) -> str:
+    """Alertmanager-style group key: `{route}:{label="value",...}`."""
+    return route.key + ":{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+
+
+def plan(
+    state: PlanState,
+    *,
+    transitions: Sequence[Transition],
+    alerts: Mapping[str, Alert] | None,
+    route: Route,
+    inhibit_rules: Sequence[InhibitRule] = (),
+    silences: Sequence[Silence] = (),
+    now: float,
+) -> Plan:
+    """Plan the notifications due at `now`.
+
+    `alerts` is the engine's current pending/firing alerts; when given, firing alerts no group holds
+    (after a restart) are added, and alerts that vanished from it without a transition count as resolved.
+    """
+    groups = dict(state.groups)
+    unrouted: list[Suppressed] = []
+    for t in transitions:
+        if t.state in (TransitionKind.FIRING, TransitionKind.RESOLVED):
+            unrouted += _insert(groups, t, route, now)
+    if alerts is not None:
+        _reconcile(groups, alerts, route, now)
+    sources = _firing_sources(groups, alerts)
+    active = [s for s in silences if s.is_active(now)]
+    log = dict(state.log)
+    updates: dict[LogKey, LogEntry] = {}
+    sent: list[Notification] = []
+    muted: list[Suppressed] = list(unrouted)
+    for key in sorted(groups):
+        group = groups[key]
+        if group.next_flush > now:
+            continue
+        notes, supp, entries = _flush(group, log, sources, inhibit_rules, active, now)
+        sent += notes
+        muted += supp
+        updates.update(entries)
+        log.update(entries)
+        rest = {fp: t for fp, t in group.alerts.items() if t.state is TransitionKind.FIRING}
+        if rest:
+            groups[key] = replace(group, alerts=rest, next_flush=now + group.route.group_interval)
+        else:
+            del groups[key]
+    next_run = min((g.next_flush for g in groups.values()), default=None)
+    return Plan(tuple(sent), tuple(muted), PlanState(groups, log), updates, next_run)
+
+
+def _routes_for(t: Transition, labels: Mapping[str, str], root: Route) -> list[Route]:
+    if t.notify:
+        return [bypass_route(root, tuple(t.notify))]
+    return [r for r in root.match(labels) if r.receivers]
+
+
+def _insert(groups: dict[str, Group], t: Transition, root: Route, now: float) -> list[Suppressed]:
+    labels = alert_label_map(t.rule, t.labels, t.severity)
+    routes = _routes_for(t, labels, root)
+    if not routes:
+        return [Suppressed(t.fingerprint, t.rule, t.labels, "", "unrouted")] if _firing(t) else []
+    fp = t.fingerprint
+    for r in routes:
+        glabels = r.group_labels(labels)
+        key = group_key(r, glabels)
+        group = groups.get(key)
+        if group is None:
+            # A resolution may open a group too: the flush tells receivers that were sent it firing.
+            flush = now if t.time + r.group_wait <= now else now + r.group_wait
+            group = Group(key, r, glabels, {}, flush)
+        groups[key] = replace(group, alerts={**group.alerts, fp: t})
+    return []
+
+
+def _firing(t: Transition) -> bool:
+    return t.state is TransitionKind.FIRING
+
+
+def _reconcile(groups: dict[str, Group], alerts: Mapping[str, Alert], root: Route, now: float) -> None:
+    firing = {fp: a for fp, a in alerts.items() if a.state is AlertState.FIRING}
+    held: set[str] = set()
+    for key, group in list(groups.items()):
+        gone = {
+            fp: _resolved_now(t, now)
+            for fp, t in group.alerts.items()
+            if t.state is TransitionKind.FIRING and fp not in firing
+        }
+        if gone:
+            groups[key] = replace(group, alerts={**group.alerts, **gone})
+        held.update(fp for fp, t in group.alerts.items() if t.state is TransitionKind.FIRING)
+    for fp, a in firing.items():
+        if fp not in held:
+            _insert(groups, transition_of(a), root, now)  # unrouted ones were reported when they fired
+
+
+def _resolved_now(t: Transition, now: float) -> Transition:
+    return replace(t, state=TransitionKind.RESOLVED, time=now)
+
+
+def transition_of(alert: Alert) -> Transition:
+    """The firing transition standing for a firing alert the planner has not seen fire (a restart)."""
+    notify: tuple[str, ...] = tuple(getattr(alert, "notify", ()) or ())
+    return Transition(
+        rule=alert.rule,
+        state=TransitionKind.FIRING,
+        time=alert.fired_at if alert.fired_at is not None else alert.time,
+        step=alert.step,
+        value=alert.value,
+        labels=alert.labels,
+        severity=alert.severity,
+        annotations=alert.annotations,
+        active_at=alert.active_at,
+        notify=notify,
+    )
+
+
+def _firing_sources(
+    groups: Mapping[str, Group], alerts: Mapping[str, Alert] | None
+) -> dict[str, dict[str, str]]:
+    if alerts is not None:
+        return {
+            fp: alert_label_map(a.rule, a.labels, a.severity)
+            for fp, a in alerts.items()
+            if a.state is AlertState.FIRING
+        }
+    return {
+        fp: alert_label_map(t.rule, t.labels, t.severity)
+        for g in groups.values()
+        for fp, t in g.alerts.items()
+        if t.state is TransitionKind.FIRING
+    }
+
+
+def _mute_reason(
+    t: Transition,
+    sources: Mapping[str, Mapping[str, str]],
+    rules: Sequence[InhibitRule],
+    silences: Sequence[Silence],
+) -> tuple[str, str] | None:
+    labels = alert_label_map(t.rule, t.labels, t.severity)
+    for s in silences:
+        if s.matches(labels):
+            return "silenced", s.id
+    for rule in rules:
+        by = rule.inhibitor(t.fingerprint, labels, sources)
+        if by is not None:
+            return "inhibited", by
+    return None
+
+
+def _flush(
+    group: Group,
+    log: Mapping[LogKey, LogEntry],
+    sources: Mapping[str, Mapping[str, str]],
+    rules: Sequence[InhibitRule],
+    silences: Sequence[Silence],
+    now: float,
+) -> tuple[list[Notification], list[Suppressed], dict[LogKey, LogEntry]]:
+    kept: dict[str, Transition] = {}
+    muted: list[Suppressed] = []
+    for fp, t in sorted(group.alerts.items()):
+        why = _mute_reason(t, sources, rules, silences)
+        if why is None:
+            kept[fp] = t
+        else:
+            muted.append(Suppressed(fp, t.rule, t.labels, group.key, why[0], why[1]))
+    if not kept:
+        return [], muted, {}
+    firing = frozenset(fp for fp, t in kept.items() if _firing(t))
+    resolved = frozenset(kept) - firing
+    notes: list[Notification] = []
+    entries: dict[LogKey, LogEntry] = {}
+    r = group.route
+    for receiver in r.receivers:
+        entry = log.get((group.key, receiver))
+        if not needs_update(entry, firing, resolved, r.send_resolved, r.repeat_interval, now):
+            continue
+        new = LogEntry(firing, resolved, now, 0 if entry is None else entry.seq + 1)
+        entries[(group.key, receiver)] = new
+        shown = [t for t in kept.values() if _firing(t) or r.send_resolved]
+        if shown:
+            notes.append(_notification(receiver, group, shown, new, now))
+    return notes, muted, entries
+
+
+def needs_update(
+    entry: LogEntry | None,
+    firing: frozenset[str],
+    resolved: frozenset[str],
+    send_resolved: bool,
+    repeat_interval: float,
+    now: float,
+) -> bool:
+    """Alertmanager's `DedupStage.needsUpdate`: whether this receiver must be told about the group now."""
+    if entry is None:
+        return bool(firing)
+    if not firing <= entry.firing:
+        return True
+    if not firing:
+        return bool(entry.firing)
+    if send_resolved and not resolved <= entry.resolved:
+        return True
+    return entry.sent_at <= now - repeat_interval
+
+
+def _notification(
+    receiver: str, group: Group, shown: Iterable[Transition], entry: LogEntry, now: float
+) -> Notification:
+    # `shown` comes in fingerprint order; the stable sort keeps it among equal (state, time)
+    alerts = tuple(sorted(shown, key=lambda t: (t.state is not TransitionKind.FIRING, t.time)))
+    status = "firing" if any(_firing(t) for t in alerts) else "resolved"
+    start = min((t.active_at if t.active_at is not None else t.time) for t in alerts)
+    return Notification(
+        receiver=receiver,
+        group_key=group.key,
+        group_labels=group.labels,
+        status=status,
+        alerts=alerts,
+        key=idempotency_key(receiver, group.key, start, status, entry),
+        created=now,
+    )
+
+
+def idempotency_key(receiver: str, gkey: str, start: float, status: str, entry: LogEntry) -> str:
+    """A stable key for one planned notification: group, start time, status, alert sets and sequence.
+
+    The same notification planned again (after a restart) gets the same key; a repeat gets a new one.
+    """
+    text = "\n".join(
+        [
+            receiver,
+            gkey,
+            repr(start),
+            status,
+            ",".join(sorted(entry.firing)),
+            ",".join(sorted(entry.resolved)),
+            str(entry.seq),
+        ]
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
