@@ -37,6 +37,7 @@ class Recorder:
     status: int = 200
     reply: str = ""
     headers: dict[str, str] = field(default_factory=dict)
+    delay_first: float = 0.0
     requests: list[tuple[str, Any]] = field(default_factory=list)
     port: int = 0
     cond: threading.Condition = field(default_factory=threading.Condition)
@@ -56,6 +57,9 @@ def _handler(rec: Recorder) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            with rec.cond:
+                first, rec.delay_first = rec.delay_first, 0.0
+            time.sleep(first)  # a slow first answer; what arrives meanwhile is recorded before it
             with rec.cond:
                 rec.requests.append((self.path, json.loads(raw or b"null")))
                 rec.cond.notify_all()

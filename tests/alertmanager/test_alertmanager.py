@@ -168,6 +168,20 @@ async def test_what_is_posted_and_when(recorder: Recorder) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_resend_in_flight_does_not_overtake_a_resolution(recorder: Recorder) -> None:
+    now = time.time()
+    notifier = AlertmanagerNotifier("am", config(recorder.url))
+    await notifier.send(notification(transition(TransitionKind.FIRING, now)))
+    recorder.delay_first = 0.3
+    resolved = notification(transition(TransitionKind.RESOLVED, now + 1))
+    await asyncio.gather(notifier.resend(now + 1), notifier.send(resolved))
+    await notifier.aclose()
+    ends = [ts(body[0]["endsAt"]) for _, body in recorder.requests]
+    assert len(ends) == 3
+    assert ends[-1] == pytest.approx(now + 1, abs=0.002)  # Alertmanager hears the resolution last
+
+
+@pytest.mark.anyio
 async def test_two_nodes_make_one_alert_and_one_notification(alertmanager: Alertmanager) -> None:
     now = time.time()
     node_a = AlertmanagerNotifier("am", config(alertmanager.url))

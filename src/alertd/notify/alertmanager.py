@@ -15,6 +15,7 @@ Alertmanager would refuse (`gpu.uuid`) have their other characters replaced by `
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Sequence
@@ -87,6 +88,7 @@ class AlertmanagerNotifier:
         self._clock = clock or SystemClock()
         self._firing: dict[str, _Firing] = {}
         self._resolved: dict[str, float] = {}
+        self._lock = asyncio.Lock()  # one post at a time: a resend must not overtake a resolution
 
     @property
     def firing(self) -> frozenset[str]:
@@ -95,17 +97,19 @@ class AlertmanagerNotifier:
 
     async def send(self, notification: Notification) -> None:
         """Post the firing and resolved alerts; raise `NotifyError` when Alertmanager does not take them."""
-        now = self._clock.now()
-        batch = [body for t in notification.alerts if (body := self._track(t, now)) is not None]
-        if batch:
-            await self._post(batch)
+        async with self._lock:
+            now = self._clock.now()
+            batch = [body for t in notification.alerts if (body := self._track(t, now)) is not None]
+            if batch:
+                await self._post(batch)
 
     async def resend(self, now: float) -> int:
         """Re-post every alert still firing with a fresh `endsAt`; return how many were posted."""
-        self._resolved = {fp: t for fp, t in self._resolved.items() if t > now - RESOLVED_MEMORY}
-        bodies = [dict(f.body, endsAt=self._ends_at(now)) for f in self._firing.values()]
-        for i in range(0, len(bodies), BATCH):
-            await self._post(bodies[i : i + BATCH])
+        async with self._lock:
+            self._resolved = {fp: t for fp, t in self._resolved.items() if t > now - RESOLVED_MEMORY}
+            bodies = [dict(f.body, endsAt=self._ends_at(now)) for f in self._firing.values()]
+            for i in range(0, len(bodies), BATCH):
+                await self._post(bodies[i : i + BATCH])
         return len(bodies)
 
     async def aclose(self) -> None:
