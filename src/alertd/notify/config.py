@@ -42,6 +42,10 @@ class EmailConfig(Strict):
     from_: str = Field(alias="from")
     to: list[str] = Field(min_length=1)
     timeout: Duration = 10.0
+    tls_verify: bool = True
+    """Check the server's certificate and host name (STARTTLS and implicit TLS). Turn off only for tests."""
+    ca_file: str | None = None
+    """A PEM file of CA certificates to trust instead of the system's (private CA, self-signed)."""
 
 
 class KillConfig(Strict):
@@ -73,6 +77,8 @@ class AlertmanagerConfig(Strict):
     url: str
     resend_interval: Duration = 60.0
     timeout: Duration = 10.0
+    generator_url: str | None = None
+    """Sent as each alert's `generatorURL` (a link back to this alertd), if set."""
 
 
 NotifierConfig = LogConfig | WebhookConfig | EmailConfig | KillConfig | StopFileConfig | AlertmanagerConfig

@@ -1,0 +1,169 @@
+"""A real Prometheus Alertmanager as a child process, and a recording HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+AM_BINARY = os.environ.get("ALERTMANAGER_BIN", "/usr/bin/prometheus-alertmanager")
+GROUP_WAIT = 0.2
+GROUP_INTERVAL = 1.0
+
+
+def free_port() -> int:
+    """A port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Recorder:
+    """A real HTTP server that records every POST body and answers `status` with `reply` (and `headers`)."""
+
+    status: int = 200
+    reply: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_first: float = 0.0
+    requests: list[tuple[str, Any]] = field(default_factory=list)
+    port: int = 0
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_for(self, count: int, timeout: float) -> list[tuple[str, Any]]:
+        """Block until `count` requests arrived (or the timeout passed); return them all."""
+        with self.cond:
+            self.cond.wait_for(lambda: len(self.requests) >= count, timeout)
+            return list(self.requests)
+
+
+def _handler(rec: Recorder) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            with rec.cond:
+                first, rec.delay_first = rec.delay_first, 0.0
+            time.sleep(first)  # a slow first answer; what arrives meanwhile is recorded before it
+            with rec.cond:
+                rec.requests.append((self.path, json.loads(raw or b"null")))
+                rec.cond.notify_all()
+            data = rec.reply.encode()
+            self.send_response(rec.status)
+            for k, v in rec.headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    """A recording HTTP server on 127.0.0.1: Alertmanager's webhook receiver, or a stub answering errors."""
+    rec = Recorder()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(rec))
+    rec.port = server.server_address[1]
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    yield rec
+    server.shutdown()
+    server.server_close()
+    t.join()
+
+
+@dataclass
+class Alertmanager:
+    """A running Alertmanager and the webhook receiver it notifies."""
+
+    url: str
+    webhook: Recorder
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """GET /api/v2/alerts: the alerts Alertmanager holds as not resolved."""
+        resp = httpx.get(f"{self.url}/api/v2/alerts", timeout=5)
+        resp.raise_for_status()
+        result: list[dict[str, Any]] = resp.json()
+        return result
+
+
+CONFIG = """\
+route:
+  receiver: rec
+  group_by: [alertname]
+  group_wait: {group_wait_ms}ms
+  group_interval: {group_interval_ms}ms
+  repeat_interval: 1h
+receivers:
+  - name: rec
+    webhook_configs:
+      - url: {webhook}/hook
+        send_resolved: true
+"""
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path, recorder: Recorder) -> Iterator[Alertmanager]:
+    """Starts Debian's prometheus-alertmanager on a free port (no clustering) and stops it after the test."""
+    binary = shutil.which(AM_BINARY) or shutil.which("alertmanager")
+    if binary is None:
+        pytest.fail(
+            f"Alertmanager binary {AM_BINARY} not found: install it with "
+            "`apt-get install prometheus-alertmanager` (or set ALERTMANAGER_BIN)",
+            pytrace=False,
+        )
+    cfg = tmp_path / "alertmanager.yml"
+    ms = {"group_wait_ms": round(GROUP_WAIT * 1000), "group_interval_ms": round(GROUP_INTERVAL * 1000)}
+    cfg.write_text(CONFIG.format(webhook=recorder.url, **ms))
+    port = free_port()
+    log_path = tmp_path / "alertmanager.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [binary, f"--config.file={cfg}", f"--storage.path={tmp_path / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url, proc, log_path)
+        yield Alertmanager(url, recorder)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"alertmanager exited with {proc.returncode}:\n{log_path.read_text()}", pytrace=False)
+        try:
+            if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    pytest.fail(f"alertmanager not ready after 15 s:\n{log_path.read_text()}", pytrace=False)
