@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-_STAT_STATE, _STAT_PPID, _STAT_START, _STAT_EXIT = 0, 1, 19, 49
-"""Indexes into the fields after `(comm)` of /proc/<pid>/stat: fields 3, 4, 22 and 52 of proc(5)."""
+_STAT_STATE, _STAT_PPID, _STAT_FLAGS, _STAT_START, _STAT_EXIT = 0, 1, 6, 19, 49
+"""Indexes into the fields after `(comm)` of /proc/<pid>/stat: fields 3, 4, 9, 22 and 52 of proc(5)."""
+_PF_KTHREAD = 0x00200000
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,8 @@ class ProcInfo:
     """The real user id."""
     cmdline: str
     """The arguments joined by spaces; empty for kernel threads and zombies."""
+    kernel_thread: bool = False
+    """True for a kernel thread (PF_KTHREAD): never a target."""
     exit_code: int | None = None
     """For a zombie, its waitpid-style status (field 52) where the kernel shows it; else None."""
 
@@ -72,6 +75,7 @@ class Procfs:
             start_ticks=int(fields[_STAT_START]),
             uid=_real_uid(status),
             cmdline=" ".join(a.decode(errors="replace") for a in raw_cmd.split(b"\0") if a),
+            kernel_thread=bool(int(fields[_STAT_FLAGS]) & _PF_KTHREAD),
             exit_code=exit_code,
         )
 
@@ -105,6 +109,33 @@ def _real_uid(status: str) -> int:
         if line.startswith("Uid:"):
             return int(line.split()[1])
     raise ValueError("no Uid line in /proc/<pid>/status")
+
+
+def refusal(procfs: Procfs, pid: int, info: ProcInfo | None, *, allow_other_users: bool) -> str | None:
+    """Why `pid` must not be signalled, or None when it may be.
+
+    Never pid 0 or 1, alertd itself or any of its ancestors, a kernel thread, a process that is gone or
+    a zombie, nor (unless `allow_other_users`) a process whose real uid is not alertd's.
+    """
+    me = os.getpid()
+    if pid <= 1:
+        return f"pid {pid} is init or the kernel: never signalled"
+    if pid == me:
+        return f"pid {pid} is alertd itself"
+    if pid in procfs.ancestors(me):
+        return f"pid {pid} is an ancestor of alertd (pid {me})"
+    if info is None:
+        return f"no process with pid {pid} on this machine"
+    if info.kernel_thread:
+        return f"pid {pid} is a kernel thread"
+    if info.zombie:
+        return f"pid {pid} has already exited (zombie)"
+    if not allow_other_users and info.uid != os.getuid():
+        return (
+            f"pid {pid} belongs to uid {info.uid}, alertd runs as uid {os.getuid()} "
+            "(set allow_other_users: true to allow this)"
+        )
+    return None
 
 
 class Delivery(Enum):
@@ -153,6 +184,8 @@ class ProcessHandle:
 
     def signal(self, sig: signal.Signals) -> Delivery:
         """Send `sig` if, and only if, the pid still names the pinned process and it is not a zombie."""
+        if not self.procfs.real:
+            raise RuntimeError(f"won't signal pid {self.pid} found in a fake /proc ({self.procfs.root})")
         now = self.current()
         if now is None:
             return Delivery.GONE
