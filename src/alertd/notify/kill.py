@@ -141,7 +141,7 @@ class KillNotifier:
         self._clock = clock or SystemClock()
         self._signals = [signal.Signals[n] for n in cfg.signals]
         self._acted: dict[tuple[str, float], None] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], tuple[KillReport, ProcessHandle, list[SentSignal]]] = {}
         self._closed = False
 
     async def send(self, notification: Notification) -> None:
@@ -170,16 +170,22 @@ class KillNotifier:
     async def aclose(self) -> None:
         """Stop running escalations (no further signals) and wait briefly for their reports."""
         self._closed = True
-        tasks = list(self._tasks)
-        for task in tasks:
+        running = dict(self._tasks)
+        for task in running:
             task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=CLOSE_WAIT)
+        if running:
+            await asyncio.wait(running, timeout=CLOSE_WAIT)
+        for task, (base, handle, sent) in running.items():
+            if task in self._tasks:  # cancelled before it ever ran: report it here
+                del self._tasks[task]
+                handle.close()
+                note = f"escalation cancelled at shutdown after {sent[-1].name}"
+                await self._emit(replace(base, signals=tuple(sent), note=note))
 
     async def wait_idle(self) -> None:
         """Wait until every running escalation has ended (tests and orderly shutdown)."""
-        while self._tasks:
-            await asyncio.wait(list(self._tasks))
+        while pending := [t for t in self._tasks if not t.done()]:
+            await asyncio.wait(pending)
 
     def _remember(self, key: tuple[str, float]) -> None:
         self._acted[key] = None
@@ -310,8 +316,7 @@ class KillNotifier:
         sent = [SentSignal(first.name, self._clock.now())]
         log.warning("kill %s: sent %s to pid %d (%s)", self.name, first.name, info.pid, info.cmdline[:80])
         task = asyncio.create_task(self._escalate(base, handle, sent), name=f"kill-{self.name}-{info.pid}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = (base, handle, sent)
 
     async def _escalate(self, base: KillReport, handle: ProcessHandle, sent: list[SentSignal]) -> None:
         seen: ExitSeen | None = None
@@ -337,6 +342,9 @@ class KillNotifier:
             note = f"escalation cancelled at shutdown after {sent[-1].name}"
         finally:
             handle.close()
+            task = asyncio.current_task()
+            if task is not None:
+                self._tasks.pop(task, None)
         status = seen.status if seen is not None else None
         await self._emit(
             replace(base, signals=tuple(sent), exited=seen is not None, exit_status=status, note=note)
