@@ -184,7 +184,6 @@ async def test_pid_reused_during_escalation_is_never_signalled(spawner: Spawner)
     (report,) = notifier.history
     assert [s.name for s in report.signals] == ["SIGINT"]
     assert report.exited and report.exit_status is None  # reaped by its owner: status unknown here
-    print("pid reuse forced:", b is not None)
     if b is not None:
         assert b.pid == a.pid and own_pid_alive(b.pid) and b.poll() is None
 

@@ -76,10 +76,8 @@ def test_refusal_predicate_on_a_fake_tree(tmp_path: Path) -> None:
         return refusal(fs, pid, fs.read(pid), allow_other_users=allow)
 
     assert why(100) is None
-    assert (
-        why(101)
-        == f"pid 101 belongs to uid {me + 1}, alertd runs as uid {me} (set allow_other_users: true to allow this)"
-    )
+    hint = "(set allow_other_users: true to allow this)"
+    assert why(101) == f"pid 101 belongs to uid {me + 1}, alertd runs as uid {me} {hint}"
     assert why(101, allow=True) is None
     assert why(102) == "pid 102 has already exited (zombie)"
     assert why(103) == "pid 103 is a kernel thread"
@@ -119,13 +117,16 @@ def test_signal_checks_the_start_time_before_sending(spawner: Spawner) -> None:
     B with A's pid through /proc/sys/kernel/ns_last_pid (a real pid reuse), then asks the handle to
     send SIGTERM: it answers GONE and B lives on. Where the kernel won't let the test choose the pid
     (not root), B is a live process and the handle pins it with a start time one tick off, which is
-    exactly what a reused pid looks like to the check.
+    exactly what a reused pid looks like to the check. Last, with a real reuse and a pidfd, B's own start
+    time is written into the handle, as if A and B had started within one clock tick: the pidfd, which
+    knows A has exited, still answers GONE.
     """
     fs = Procfs()
     a = spawner.popen(["sleep", "30"])
     info = fs.read(a.pid)
     assert info is not None
     handle = ProcessHandle(fs, info)
+    time.sleep(0.03)  # B starts at least one clock tick after A
     a.kill()
     a.wait()
     b = spawn_with_pid(spawner, a.pid, ["sleep", "30"])
@@ -141,6 +142,13 @@ def test_signal_checks_the_start_time_before_sending(spawner: Spawner) -> None:
     assert handle.poll_exit() == ExitSeen(None)
     time.sleep(0.1)
     assert b.poll() is None
+    if handle._pidfd is not None and info.pid == b.pid:
+        b_info = fs.read(b.pid)
+        assert b_info is not None
+        handle.start_ticks = b_info.start_ticks
+        assert handle.current() is None and handle.signal(signal.SIGTERM) is Delivery.GONE
+        time.sleep(0.05)
+        assert b.poll() is None
     handle.close()
 
 

@@ -6,12 +6,17 @@ pins that identity when the target is resolved and checks it again before every 
 has pidfds (Linux >= 5.3) the signal also goes through a pidfd opened on the pinned process, which closes
 the last window between the check and the signal.
 
+The start time counts clock ticks (10 ms): a pid reused within the same tick would pass the start-time
+check alone. That needs the whole pid space to wrap around in 10 ms, which doesn't happen by itself, and
+the pidfd (which stays readable once its process has exited) catches it where pidfds exist.
+
 `Procfs` takes a `root` so tests can point it at a fake /proc tree; only the real /proc is ever signalled.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 from dataclasses import dataclass
 from enum import Enum
@@ -180,7 +185,19 @@ class ProcessHandle:
     def current(self) -> ProcInfo | None:
         """The pinned process as /proc shows it now; None when gone or its pid was reused."""
         now = self.procfs.read(self.pid)
-        return now if self._same(now) else None
+        if not self._same(now):
+            return None
+        assert now is not None
+        if not now.zombie and self._pidfd_exited():
+            return None  # ours has exited, yet a live process holds the pid: reused within one tick
+        return now
+
+    def _pidfd_exited(self) -> bool:
+        if self._pidfd is None:
+            return False
+        p = select.poll()
+        p.register(self._pidfd, select.POLLIN)
+        return bool(p.poll(0))
 
     def signal(self, sig: signal.Signals) -> Delivery:
         """Send `sig` if, and only if, the pid still names the pinned process and it is not a zombie."""
