@@ -26,9 +26,9 @@ def kill_cfg(**kw: object) -> KillConfig:
     return KillConfig.model_validate({"type": "kill", "grace": 0.2, **kw})
 
 
-async def refused(cfg: KillConfig, labels: dict[str, str], **kw: object) -> KillReport:
+async def refused(cfg: KillConfig, labels: dict[str, str], proc_root: Path | None = None) -> KillReport:
     """Send one firing alert and return the single report, which must be a refusal."""
-    notifier = KillNotifier("stop", cfg, **kw)  # type: ignore[arg-type]
+    notifier = KillNotifier("stop", cfg, proc_root=proc_root or "/proc")
     await notifier.send(notification(firing(labels)))
     await notifier.wait_idle()
     (report,) = notifier.history
