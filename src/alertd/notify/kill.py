@@ -49,6 +49,11 @@ STARTED_SLACK = 2.0
 CLOSE_WAIT = 5.0
 """Seconds `aclose` waits for the reports of the escalations it stopped."""
 _ACTED_MAX = 10_000
+_WHY = {
+    Delivery.GONE: "process gone/reused",
+    Delivery.EXITED: "process already exited",
+    Delivery.DENIED: "not permitted (EPERM)",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +181,7 @@ class KillNotifier:
         if running:
             await asyncio.wait(running, timeout=CLOSE_WAIT)
         for task, (base, handle, sent) in running.items():
-            if task in self._tasks:  # cancelled before it ever ran: report it here
+            if task.done() and task in self._tasks:  # cancelled before it ever ran: report it here
                 del self._tasks[task]
                 handle.close()
                 note = f"escalation cancelled at shutdown after {sent[-1].name}"
@@ -310,8 +315,7 @@ class KillNotifier:
         delivery = handle.signal(first)
         if delivery is not Delivery.SENT:
             handle.close()
-            why = "process gone/reused" if delivery is Delivery.GONE else "process already exited"
-            await self._emit(replace(base, refused=f"{why} before {first.name}: nothing sent"))
+            await self._emit(replace(base, refused=f"{_WHY[delivery]} before {first.name}: nothing sent"))
             return
         sent = [SentSignal(first.name, self._clock.now())]
         log.warning("kill %s: sent %s to pid %d (%s)", self.name, first.name, info.pid, info.cmdline[:80])
@@ -335,6 +339,9 @@ class KillNotifier:
                     break
                 if delivery is Delivery.EXITED:
                     seen = handle.poll_exit() or ExitSeen(None)
+                    break
+                if delivery is Delivery.DENIED:
+                    note = f"{_WHY[delivery]} to send {nxt.name}: nothing more sent"
                     break
                 sent.append(SentSignal(nxt.name, self._clock.now()))
                 log.warning("kill %s: escalated to %s on pid %d", self.name, nxt.name, handle.pid)

@@ -151,6 +151,8 @@ class Delivery(Enum):
     """The pinned process is gone (its pid is absent or now names a process with another start time)."""
     EXITED = "exited"
     """The pinned process has exited and is a zombie: nothing to signal."""
+    DENIED = "denied"
+    """The kernel would not let alertd signal it (another user's process, alertd not root)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +217,8 @@ class ProcessHandle:
                 os.kill(self.pid, sig)
         except ProcessLookupError:
             return Delivery.GONE
+        except PermissionError:
+            return Delivery.DENIED
         return Delivery.SENT
 
     def poll_exit(self) -> ExitSeen | None:
