@@ -349,13 +349,15 @@ class KillNotifier:
             note = f"escalation cancelled at shutdown after {sent[-1].name}"
         finally:
             handle.close()
+        status = seen.status if seen is not None else None
+        try:
+            await self._emit(
+                replace(base, signals=tuple(sent), exited=seen is not None, exit_status=status, note=note)
+            )
+        finally:
             task = asyncio.current_task()
             if task is not None:
-                self._tasks.pop(task, None)
-        status = seen.status if seen is not None else None
-        await self._emit(
-            replace(base, signals=tuple(sent), exited=seen is not None, exit_status=status, note=note)
-        )
+                self._tasks.pop(task, None)  # only now: wait_idle() returns after the report went out
 
     async def _wait_exit(self, handle: ProcessHandle, timeout: float) -> ExitSeen | None:
         loop = asyncio.get_running_loop()
