@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+import signal
+from typing import ClassVar, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from alertd.config_types import Duration, Strict
 
@@ -49,11 +51,17 @@ class EmailConfig(Strict):
 
 
 class KillConfig(Strict):
-    """Stops the training process: SIGINT first (checkpoint), then escalates."""
+    """Stops the training process: SIGINT first (checkpoint), then escalates.
+
+    `target` says how the process is found: `writer` (the `pid` and `host` labels of the alert, set from
+    the event file name), `pid`, `pidfile` (a file holding the pid) or `cmdline` (a regular expression
+    searched in `/proc/<pid>/cmdline` that must match exactly one process, or every match with `all`).
+    `signals` are sent in order, `grace` apart, until the process exits.
+    """
 
     type: Literal["kill"]
     target: Literal["writer", "pid", "pidfile", "cmdline"] = "writer"
-    pid: int | None = None
+    pid: int | None = Field(default=None, ge=2)
     pidfile: str | None = None
     cmdline: str | None = None
     all: bool = False
@@ -62,12 +70,76 @@ class KillConfig(Strict):
     dry_run: bool = False
     allow_other_users: bool = False
 
+    @field_validator("signals")
+    @classmethod
+    def _signal_names(cls, names: list[str]) -> list[str]:
+        out = []
+        for name in names:
+            full = name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper()
+            if full not in signal.Signals.__members__:
+                raise ValueError(f"unknown signal {name!r} (use names such as SIGINT, SIGTERM, SIGKILL)")
+            out.append(full)
+        return out
+
+    @model_validator(mode="after")
+    def _target_fields(self) -> KillConfig:
+        needs = {"pid": "pid", "pidfile": "pidfile", "cmdline": "cmdline"}
+        for field, target in needs.items():
+            given = getattr(self, field) is not None
+            if self.target == target and not given:
+                raise ValueError(f"target: {target} needs `{field}`")
+            if given and self.target != target:
+                raise ValueError(f"`{field}` is only used with target: {target} (target is {self.target})")
+        if self.all and self.target != "cmdline":
+            raise ValueError("`all` is only used with target: cmdline")
+        if self.cmdline is not None:
+            try:
+                re.compile(self.cmdline)
+            except re.error as e:
+                raise ValueError(f"cmdline is not a valid regular expression: {e}") from None
+        return self
+
 
 class StopFileConfig(Strict):
-    """Creates a file that a training loop polls to stop itself after a checkpoint."""
+    """Creates a file that a training loop polls to stop itself after a checkpoint.
+
+    `path` may name alert labels as `{label}` (for example `/runs/{run}/STOP`); `{{` and `}}` are literal
+    braces. Nothing else is expanded. The path must be absolute, or relative to `base_dir`; with
+    `base_dir`, the expanded path must stay inside it. A path with a `..` part is always refused.
+    """
 
     type: Literal["stop_file"]
-    path: str
+    path: str = Field(min_length=1)
+    base_dir: str | None = None
+
+    _PART: ClassVar[re.Pattern[str]] = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}|[{}]|[^{}]+")
+
+    @model_validator(mode="after")
+    def _template(self) -> StopFileConfig:
+        self.template_parts()
+        if self.base_dir is None and not self.path.startswith("/"):
+            raise ValueError("path must be absolute unless base_dir is given")
+        if self.base_dir is not None and not self.base_dir.startswith("/"):
+            raise ValueError("base_dir must be an absolute path")
+        return self
+
+    def template_parts(self) -> list[tuple[bool, str]]:
+        """`path` split into (is_label, text) parts; ValueError naming the place of a stray brace."""
+        parts: list[tuple[bool, str]] = []
+        for m in self._PART.finditer(self.path):
+            tok = m.group(0)
+            if m.group(1) is not None:
+                parts.append((True, m.group(1)))
+            elif tok in ("{{", "}}"):
+                parts.append((False, tok[0]))
+            elif tok in ("{", "}"):
+                raise ValueError(
+                    f"path template {self.path!r}: stray {tok!r} at column {m.start() + 1} "
+                    "(write {label} to insert a label, {{ or }} for a literal brace)"
+                )
+            else:
+                parts.append((False, tok))
+        return parts
 
 
 class AlertmanagerConfig(Strict):

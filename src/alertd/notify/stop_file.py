@@ -1,0 +1,124 @@
+"""The stop-file notifier: asks a training loop to stop itself by creating a file it polls.
+
+On each alert that turns FIRING (once per firing: fingerprint + `active_at`), the file at
+`StopFileConfig.path` is created atomically (written to a temporary file in the same directory, then
+renamed over the path), so the loop never reads half a file. Its body is a small JSON object (notifier,
+rule, labels, value, step, time, active_at, summary) that the loop can log to say why it stopped.
+
+The path template substitutes alert labels only: `{run}` becomes the value of label `run`; `{{` and `}}`
+are literal braces; nothing is evaluated. A path that, once expanded, has a `..` part, or leaves
+`base_dir` (also through a symbolic link), is refused. A missing label, a refused path or a missing
+directory raise `NotifyError(recoverable=False)`; other file-system errors (a full disk) are recoverable.
+The directory is never created: a missing run directory means the run is not where the path says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+from alertd.errors import NotifyError
+from alertd.model import Notification, Transition, TransitionKind, format_time, format_value
+from alertd.notify.config import StopFileConfig
+
+log = logging.getLogger(__name__)
+
+
+class StopFileNotifier:
+    """Creates the stop file named by the alert's labels, once per firing."""
+
+    def __init__(self, name: str, cfg: StopFileConfig) -> None:
+        self.name = name
+        self.cfg = cfg
+        self._parts = cfg.template_parts()
+        self._done: set[tuple[str, float]] = set()
+
+    async def send(self, notification: Notification) -> None:
+        """Write the stop file of each newly firing alert; the first failure is raised after the rest."""
+        failure: NotifyError | None = None
+        for alert in notification.alerts:
+            if alert.state is not TransitionKind.FIRING:
+                continue
+            key = (alert.fingerprint, alert.active_at if alert.active_at is not None else alert.time)
+            if key in self._done:
+                continue
+            try:
+                path = self.path_for(alert)
+                await asyncio.to_thread(self._write, path, self._body(alert))
+            except NotifyError as e:
+                log.error("stop_file %s: %s", self.name, e)
+                failure = failure or e
+                continue
+            self._done.add(key)
+            log.warning("stop_file %s: created %s for %s", self.name, path, alert.rule)
+        if failure is not None:
+            raise failure
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+    def path_for(self, alert: Transition) -> Path:
+        """The expanded, checked path for `alert`; NotifyError(recoverable=False) when refused."""
+        labels = dict(alert.labels)
+        text = []
+        for is_label, part in self._parts:
+            if not is_label:
+                text.append(part)
+            elif part in labels:
+                text.append(labels[part])
+            else:
+                raise self._fail(f"the alert has no label {part!r} for path template {self.cfg.path!r}")
+        raw = "".join(text)
+        if "\0" in raw or ".." in Path(raw).parts:
+            raise self._fail(f"path {raw!r} (from template {self.cfg.path!r}) has a '..' part or a NUL")
+        if self.cfg.base_dir is None:
+            return Path(os.path.normpath(raw))
+        base = Path(os.path.normpath(self.cfg.base_dir))
+        path = Path(os.path.normpath(base / raw))
+        real_base = base.resolve()
+        real_parent = path.parent.resolve()
+        if not (path.is_relative_to(base) and real_parent.is_relative_to(real_base)) or path == base:
+            raise self._fail(f"path {str(path)!r} (from {self.cfg.path!r}) leaves base_dir {str(base)!r}")
+        return path
+
+    def _body(self, alert: Transition) -> str:
+        return json.dumps(
+            {
+                "notifier": self.name,
+                "rule": alert.rule,
+                "state": alert.state.value,
+                "labels": dict(alert.labels),
+                "value": format_value(alert.value),
+                "step": alert.step,
+                "time": format_time(alert.time),
+                "active_at": format_time(alert.active_at) if alert.active_at is not None else None,
+                "summary": dict(alert.annotations).get("summary"),
+            },
+            indent=2,
+        )
+
+    def _fail(self, message: str) -> NotifyError:
+        return NotifyError(f"stop_file {self.name}: {message}", recoverable=False)
+
+    def _write(self, path: Path, body: str) -> None:
+        if not path.parent.is_dir():
+            raise self._fail(f"directory {str(path.parent)!r} does not exist (not created)")
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(body + "\n")
+                    f.flush()
+                    os.fchmod(f.fileno(), 0o644)
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as e:
+            message = f"stop_file {self.name}: can't write {path}: {e.strerror}"
+            raise NotifyError(message, recoverable=True) from e
