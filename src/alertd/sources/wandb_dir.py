@@ -93,8 +93,13 @@ class WandbDirSource:
 
     def _report(self, path: str, problem: Corruption) -> None:
         self.corrupt_records += 1
-        log.warning("wandb_dir %s: skipped a damaged record in %s at offset %d: %s",
-                    self.name, path, problem.offset, problem.reason)
+        log.warning(
+            "wandb_dir %s: skipped a damaged record in %s at offset %d: %s",
+            self.name,
+            path,
+            problem.offset,
+            problem.reason,
+        )
 
     def _decode(self, path: str, state: _RunFile, offset: int, payload: bytes, out: list[Sample]) -> None:
         try:
@@ -157,7 +162,12 @@ class WandbDirSource:
         """Where each file was read up to, and what it said about its run: for a restart."""
         return {
             "files": {
-                path: {"offset": s.reader.offset, "run": asdict(s.run), "ended": s.ended, "last_time": s.last_time}
+                path: {
+                    "offset": s.reader.offset,
+                    "run": asdict(s.run),
+                    "ended": s.ended,
+                    "last_time": s.last_time,
+                }
                 for path, s in self._files.items()
             }
         }

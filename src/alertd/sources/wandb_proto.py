@@ -17,6 +17,7 @@ Malformed bytes raise `ProtoError`. The `wandb` package is not imported: this mo
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +90,7 @@ def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
     while pos < end:
         tag, pos = _varint(buf, pos)
         num, wt = tag >> 3, tag & 7
+        val: Any
         if wt == 0:
             val, pos = _varint(buf, pos)
         elif wt == 2:
@@ -209,7 +211,7 @@ def _exit(buf: bytes) -> ExitInfo:
     return info
 
 
-_DECODERS = {2: _history, 7: _stats, 17: _run, 18: _exit}
+_DECODERS: dict[int, Callable[[bytes], Decoded]] = {2: _history, 7: _stats, 17: _run, 18: _exit}
 
 
 def decode_record(buf: bytes) -> Decoded:
@@ -217,6 +219,5 @@ def decode_record(buf: bytes) -> Decoded:
     for num, wt, val in _fields(buf):
         decoder = _DECODERS.get(num)
         if decoder is not None and wt == 2:
-            result: Decoded = decoder(val)
-            return result
+            return decoder(val)
     return None

@@ -142,6 +142,6 @@ class LogReader:
             elif kind == MIDDLE:
                 partial.append(payload)
             else:
-                records.append((partial_start, b"".join(partial + [payload])))
+                records.append((partial_start, b"".join([*partial, payload])))
                 partial, partial_start = [], -1
         self.offset = pos if partial_start < 0 else partial_start
