@@ -10,10 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fake_wandb import FakeWandb  # noqa: E402
-
-API_KEY = "alertdtestkey-" + "x7" * 20
-"""A key of the shape W&B accepts (prefix, then 40+ word characters); it must never be logged."""
+from fake_wandb import API_KEY, FakeWandb
 
 
 @pytest.fixture

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+API_KEY = "alertdtestkey-" + "x7" * 20
+"""A key of the shape W&B accepts (prefix, then 40+ word characters); it must never be logged."""
+
 _OP = re.compile(r"\b(?:query|mutation)\s+(\w+)")
 
 
@@ -47,12 +50,26 @@ class FakeRun:
         summary = dict(self.history[-1]) if self.history else {}
         return {
             "id": base64.b64encode(f"Run:v1:{self.run_id}".encode()).decode(),
-            "projectId": project_id, "name": self.run_id, "displayName": self.display_name,
-            "state": self.state, "tags": [], "sweepName": None, "group": None, "jobType": None,
-            "commit": None, "readOnly": False, "createdAt": self.created_at, "heartbeatAt": self.heartbeat_at,
-            "description": None, "notes": None, "config": "{}", "systemMetrics": "{}",
-            "summaryMetrics": json.dumps(summary), "historyLineCount": len(self.history),
-            "user": {"name": "me", "username": "me"}, "historyKeys": self.history_keys(),
+            "projectId": project_id,
+            "name": self.run_id,
+            "displayName": self.display_name,
+            "state": self.state,
+            "tags": [],
+            "sweepName": None,
+            "group": None,
+            "jobType": None,
+            "commit": None,
+            "readOnly": False,
+            "createdAt": self.created_at,
+            "heartbeatAt": self.heartbeat_at,
+            "description": None,
+            "notes": None,
+            "config": "{}",
+            "systemMetrics": "{}",
+            "summaryMetrics": json.dumps(summary),
+            "historyLineCount": len(self.history),
+            "user": {"name": "me", "username": "me"},
+            "historyKeys": self.history_keys(),
         }
 
 
@@ -119,8 +136,16 @@ class FakeWandb:
     def answer(self, op: str, v: dict[str, Any]) -> dict[str, Any]:
         """The `data` of one operation."""
         if op in ("Viewer", "GetDefaultEntity") or op.startswith("Viewer"):
-            return {"viewer": {"id": "VXNlcjox", "entity": self.entity, "username": "me", "email": "me@x",
-                               "flags": "{}", "teams": {"edges": []}}}
+            return {
+                "viewer": {
+                    "id": "VXNlcjox",
+                    "entity": self.entity,
+                    "username": "me",
+                    "email": "me@x",
+                    "flags": "{}",
+                    "teams": {"edges": []},
+                }
+            }
         if v.get("entity") not in (None, self.entity) or v.get("project") not in (None, self.project):
             return {"project": None}
         if op in ("Runs", "AlertdRuns"):
@@ -138,8 +163,12 @@ class FakeWandb:
         page = matching[start : start + per_page]
         edges = [{"node": r.node("1"), "cursor": str(start + i + 1)} for i, r in enumerate(page)]
         more = start + per_page < len(matching)
-        return {"internalId": "1", "runCount": len(matching), "readOnly": False,
-                "runs": {"edges": edges, "pageInfo": {"endCursor": str(start + len(page)), "hasNextPage": more}}}
+        return {
+            "internalId": "1",
+            "runCount": len(matching),
+            "readOnly": False,
+            "runs": {"edges": edges, "pageInfo": {"endCursor": str(start + len(page)), "hasNextPage": more}},
+        }
 
     def _run_fields(self, op: str, run: FakeRun, v: dict[str, Any]) -> dict[str, Any]:
         rows = sorted(run.history, key=lambda r: r["_step"])
@@ -150,12 +179,23 @@ class FakeWandb:
             out = []
             for spec in (json.loads(s) for s in v["specs"]):
                 lo, hi = spec.get("minStep", 0), spec.get("maxStep", 1 << 62)
-                out.append([{k: _plain(r[k]) for k in spec["keys"] if k in r} for r in rows if lo <= r["_step"] <= hi])
+                out.append(
+                    [
+                        {k: _plain(r[k]) for k in spec["keys"] if k in r}
+                        for r in rows
+                        if lo <= r["_step"] <= hi
+                    ]
+                )
             return {"sampledHistory": out}
         if op == "RunHistoryKeys":
             return {"historyKeys": run.history_keys()}
         if op == "RunParquetHistory":
-            return {"parquetHistory": {"parquetUrls": [], "liveData": [{"_step": float(r["_step"])} for r in rows]}}
+            return {
+                "parquetHistory": {
+                    "parquetUrls": [],
+                    "liveData": [{"_step": float(r["_step"])} for r in rows],
+                }
+            }
         if op == "RunState":
             return {"state": run.state}
         if op in ("HistoryPage", "AlertdRunPoll"):
@@ -191,8 +231,14 @@ def _handler(fake: FakeWandb) -> type[BaseHTTPRequestHandler]:
             op = body.get("operationName") or (m.group(1) if m else "")
             variables = dict(body.get("variables") or {})
             with fake.lock:
-                fake.requests.append({"op": op, "variables": variables, "auth": self.headers.get("Authorization"),
-                                      "user_agent": self.headers.get("User-Agent")})
+                fake.requests.append(
+                    {
+                        "op": op,
+                        "variables": variables,
+                        "auth": self.headers.get("Authorization"),
+                        "user_agent": self.headers.get("User-Agent"),
+                    }
+                )
                 failure = fake.failures.pop(0) if fake.failures else None
             if failure is not None:
                 self._send(failure[0], {"errors": [{"message": "fake failure"}]}, failure[1])

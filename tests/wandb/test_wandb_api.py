@@ -9,8 +9,7 @@ from email.utils import format_datetime
 from typing import Any
 
 import pytest
-from conftest import API_KEY
-from fake_wandb import FakeRun, FakeWandb
+from fake_wandb import API_KEY, FakeRun, FakeWandb
 
 from alertd.errors import SourceError
 from alertd.model import Sample
@@ -39,8 +38,10 @@ def by_metric(samples: list[Sample], metric: str, run: str = "me/proj/r1") -> li
 
 
 def same(a: list[tuple[int | None, float]], b: list[tuple[int | None, float]]) -> bool:
-    return len(a) == len(b) and all(x[0] == y[0] and (x[1] == y[1] or (math.isnan(x[1]) and math.isnan(y[1])))
-                                    for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(
+        x[0] == y[0] and (x[1] == y[1] or (math.isnan(x[1]) and math.isnan(y[1])))
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 @pytest.mark.anyio
@@ -64,7 +65,10 @@ async def test_first_poll_reads_the_whole_history_paged_with_labels_and_nan(fake
     # runs list, then AlertdRunPoll [0,10), then HistoryPage [10,20) and [20,30)
     assert fake.ops() == ["AlertdRuns", "AlertdRunPoll", "HistoryPage", "HistoryPage"]
     assert [(r["variables"]["minStep"], r["variables"]["maxStep"]) for r in fake.requests[1:]] == [
-        (0, 10), (10, 20), (20, 30)]
+        (0, 10),
+        (10, 20),
+        (20, 30),
+    ]
     await src.aclose()
 
 
@@ -89,15 +93,27 @@ async def test_steady_state_asks_only_for_new_rows_one_request_per_running_run(f
 
 @pytest.mark.anyio
 async def test_system_metrics_are_mapped_and_deduplicated_on_timestamp(fake: FakeWandb) -> None:
-    ev = [{"system.gpu.0.gpu": 90.0 + i, "system.gpu.1.temp": 70, "system.cpu": 12.5,
-           "system.gpu.0.memoryAllocated": 40, "_timestamp": T0 + 10 * i, "_runtime": 10 * i, "_wandb": True}
-          for i in range(3)]
+    ev = [
+        {
+            "system.gpu.0.gpu": 90.0 + i,
+            "system.gpu.1.temp": 70,
+            "system.cpu": 12.5,
+            "system.gpu.0.memoryAllocated": 40,
+            "_timestamp": T0 + 10 * i,
+            "_runtime": 10 * i,
+            "_wandb": True,
+        }
+        for i in range(3)
+    ]
     run = fake.add_run(FakeRun("r1", events=ev))
     src = make(fake)
     out = list(await src.poll(T0))
     util = [s for s in out if s.series.metric == "gpu.utilization"]
     assert [(s.time, s.value, s.series.label("gpu")) for s in util] == [
-        (T0, 90.0, "0"), (T0 + 10, 91.0, "0"), (T0 + 20, 92.0, "0")]
+        (T0, 90.0, "0"),
+        (T0 + 10, 91.0, "0"),
+        (T0 + 20, 92.0, "0"),
+    ]
     assert {s.series.metric for s in out} >= {"gpu.temperature", "system.cpu", "gpu.memory.utilization"}
     run.events.append({**ev[-1], "_timestamp": T0 + 30, "system.gpu.0.gpu": 5.0})
     out = list(await src.poll(T0 + 30))
@@ -128,8 +144,11 @@ async def test_a_run_finishing_emits_finished_once_and_its_tail_rows(fake: FakeW
 
 @pytest.mark.anyio
 async def test_cursor_and_restore_continue_after_the_last_step(fake: FakeWandb) -> None:
-    run = fake.add_run(FakeRun("r1", history=[row(i, loss=1.0) for i in range(3)],
-                               events=[{"system.cpu": 1, "_timestamp": T0}]))
+    run = fake.add_run(
+        FakeRun(
+            "r1", history=[row(i, loss=1.0) for i in range(3)], events=[{"system.cpu": 1, "_timestamp": T0}]
+        )
+    )
     first = make(fake)
     await first.poll(T0)
     cursor = first.cursor()

@@ -1,7 +1,7 @@
 """The `wandb_dir` source: reads local `.wandb` run files (offline runs, or live runs being written).
 
 `path` may be the `wandb/` directory itself, its parent (the training working directory: `wandb/`
-or `.wandb/` inside it is used), or one run directory. Files found:
+or `.wandb/` inside it is used), one run directory, or one `.wandb` file. Files found:
 `<dir>/run-*/run-*.wandb`, `<dir>/offline-run-*/run-*.wandb`, and `<path>/run-*.wandb`.
 New run directories are picked up at every poll.
 
@@ -48,6 +48,8 @@ class _RunFile:
 
 def find_run_files(path: str) -> list[str]:
     """Every `.wandb` run file under `path` (see the module docstring for the layouts accepted)."""
+    if os.path.isfile(path):
+        return [path]
     dirs = [path, *(os.path.join(path, d) for d in ("wandb", ".wandb"))]
     found: set[str] = set(glob.glob(os.path.join(glob.escape(path), "run-*.wandb")))
     for d in dirs:

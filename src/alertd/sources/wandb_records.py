@@ -11,7 +11,8 @@ Layout (wandb-core `core/pkg/leveldb`, shared/reference/wandb-protocol.md §4):
 `LogReader` tails one file: each `read()` returns the records completed since the previous call and
 stops at a chunk (or a record) that is not all on disk yet, resuming there next time. A chunk with a
 bad checksum, an impossible length or type, or an orphan MIDDLE/LAST is reported as a `Corruption`
-and skipped to the next block, as LevelDB's own reader does; reading then goes on.
+and skipped to the next block, as LevelDB's own reader does; the rest of a record already reported
+is dropped quietly (LevelDB's resync), and reading goes on.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class LogReader:
         self.offset = offset
         self.bad_header = False
         self._seen_size = offset
+        self._resyncing = False
 
     def read(self) -> tuple[list[tuple[int, bytes]], list[Corruption]]:
         """Return `(records, corruptions)` new since the last call; records are `(offset, payload)`."""
@@ -124,6 +126,7 @@ class LogReader:
                 bad = "checksum mismatch"
             if bad is not None:
                 problems.append(Corruption(pos, bad))
+                self._resyncing = True
                 partial, partial_start = [], -1
                 pos += left  # lengths in this block can't be trusted: go to the next one
                 continue
@@ -133,12 +136,15 @@ class LogReader:
             if kind in (FULL, FIRST) and partial_start >= 0:
                 problems.append(Corruption(partial_start, "record without its last chunk"))
                 partial, partial_start = [], -1
+            if kind in (FULL, FIRST):
+                self._resyncing = False
             if kind == FULL:
                 records.append((chunk_at, payload))
             elif kind == FIRST:
                 partial, partial_start = [payload], chunk_at
             elif partial_start < 0:
-                problems.append(Corruption(chunk_at, "chunk continues a record that never started"))
+                if not self._resyncing:  # the tail of a record already reported damaged is dropped quietly
+                    problems.append(Corruption(chunk_at, "chunk continues a record that never started"))
             elif kind == MIDDLE:
                 partial.append(payload)
             else:
