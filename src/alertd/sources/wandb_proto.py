@@ -88,16 +88,27 @@ def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
     out: list[tuple[int, int, Any]] = []
     pos, end = 0, len(buf)
     while pos < end:
-        tag, pos = _varint(buf, pos)
+        tag = buf[pos]  # one- and two-byte tags inline: they are nearly all of them
+        if tag < 0x80:
+            pos += 1
+        elif pos + 1 < end and buf[pos + 1] < 0x80:
+            tag = (tag & 0x7F) | (buf[pos + 1] << 7)
+            pos += 2
+        else:
+            tag, pos = _varint(buf, pos)
         num, wt = tag >> 3, tag & 7
         val: Any
-        if wt == 0:
-            val, pos = _varint(buf, pos)
-        elif wt == 2:
-            n, pos = _varint(buf, pos)
+        if wt == 2:
+            if pos < end and buf[pos] < 0x80:
+                n = buf[pos]
+                pos += 1
+            else:
+                n, pos = _varint(buf, pos)
             if pos + n > end:
                 raise ProtoError(f"field {num} runs past the message end")
             val, pos = buf[pos : pos + n], pos + n
+        elif wt == 0:
+            val, pos = _varint(buf, pos)
         elif wt == 1:
             if pos + 8 > end:
                 raise ProtoError("truncated fixed64")

@@ -44,6 +44,8 @@ _NONFINITE = {
     "-inf": -math.inf,
 }
 
+_NUMBER_START = frozenset("-0123456789NI")
+
 GPU_METRICS: dict[str, str] = {
     "gpu": "gpu.utilization",
     "memoryAllocated": "gpu.memory.utilization",
@@ -74,6 +76,11 @@ def to_float(value: Any) -> float | None:
 
 def parse_value_json(text: str) -> Any:
     """Decode one `value_json` (Python's json accepts W&B's bare NaN/Infinity tokens); bad JSON -> None."""
+    if text and (text[0] in _NUMBER_START):
+        try:  # the common case, a number: float() also reads NaN, Infinity and -Infinity
+            return float(text)
+        except ValueError:
+            pass
     try:
         return json.loads(text)
     except ValueError:
