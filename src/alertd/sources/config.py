@@ -41,6 +41,18 @@ class WandbConfig(SourceConfigBase):
     runs: Literal["running", "all"] | list[str] = "running"
     base_url: str | None = None
     api_key: SecretStr | None = None
+    page_size: int = Field(default=1000, ge=1, le=10000)
+    """History rows asked for per request (a `minStep`..`maxStep` window of this many steps)."""
+    system_samples: int = Field(default=100, ge=0, le=10000)
+    """System-metric rows asked for per poll (`events(samples:)`); 0 turns system metrics off."""
+    max_retries: int = Field(default=4, ge=0, le=20)
+    """Retries of one request within a poll on 429, 5xx or a connection error."""
+    max_retry_wait: Duration = 60.0
+    """Longest wait between two tries; a longer Retry-After ends the poll (recoverable error)."""
+    auth_backoff: Duration = 600.0
+    """After a 401/403, how long polls fail fast without calling the API (or until config reload)."""
+    timeout: Duration = 30.0
+    """Timeout of one HTTP request."""
 
 
 class WandbDirConfig(SourceConfigBase):

@@ -1,0 +1,195 @@
+"""The `wandb_dir` source: reads local `.wandb` run files (offline runs, or live runs being written).
+
+`path` may be the `wandb/` directory itself, its parent (the training working directory: `wandb/`
+or `.wandb/` inside it is used), one run directory, or one `.wandb` file. Files found:
+`<dir>/run-*/run-*.wandb`, `<dir>/offline-run-*/run-*.wandb`, and `<path>/run-*.wandb`.
+New run directories are picked up at every poll.
+
+Each file is tailed (see `wandb_records.LogReader`): history rows become training-metric samples,
+stats records system-metric samples (names in `wandb_values`), and the exit record one
+`run.finished` = 1 and one `run.crashed` sample (1 when the exit code is not 0). A run killed hard
+leaves no exit record; the engine's `absent` condition sees it stop. Labels: `source`, `run`
+(`entity/project/run_id` when the run record names all three, else the run id; offline runs have
+no entity) and `run_name` (the display name, when set). Damaged chunks or records are skipped, logged
+once as a warning with the file and offset, and counted in `corrupt_records`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import logging
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from alertd.model import Sample, SeriesKey, make_labels
+from alertd.sources.config import WandbDirConfig
+from alertd.sources.wandb_proto import ExitInfo, HistoryRow, ProtoError, RunInfo, StatsRow, decode_record
+from alertd.sources.wandb_records import Corruption, LogReader
+from alertd.sources.wandb_values import flatten_row, system_metric, to_float
+
+log = logging.getLogger(__name__)
+_RUN_FILE = re.compile(r"^run-(.+)\.wandb$")
+
+
+@dataclass(slots=True)
+class _RunFile:
+    """What is known about one run file between polls."""
+
+    reader: LogReader
+    run: RunInfo
+    ended: bool = False
+    last_time: float | None = None
+    keys: dict[tuple[str, tuple[tuple[str, str], ...]], SeriesKey] = field(default_factory=dict)
+
+
+def find_run_files(path: str) -> list[str]:
+    """Every `.wandb` run file under `path` (see the module docstring for the layouts accepted)."""
+    if os.path.isfile(path):
+        return [path]
+    dirs = [path, *(os.path.join(path, d) for d in ("wandb", ".wandb"))]
+    found: set[str] = set(glob.glob(os.path.join(glob.escape(path), "run-*.wandb")))
+    for d in dirs:
+        base = glob.escape(d)
+        for pattern in ("run-*/run-*.wandb", "offline-run-*/run-*.wandb"):
+            found.update(glob.glob(os.path.join(base, pattern)))
+    return sorted(p for p in found if os.path.isfile(p))
+
+
+class WandbDirSource:
+    """Tails the `.wandb` files of every run under `cfg.path`."""
+
+    def __init__(self, cfg: WandbDirConfig) -> None:
+        self.name = cfg.name
+        self.interval = cfg.interval
+        self.path = cfg.path
+        self.corrupt_records = 0
+        self._files: dict[str, _RunFile] = {}
+
+    def __repr__(self) -> str:
+        return f"WandbDirSource(name={self.name!r}, path={self.path!r})"
+
+    async def poll(self, now: float) -> Sequence[Sample]:
+        """New samples since the last poll (file reading runs in a worker thread)."""
+        return await asyncio.to_thread(self.read_new)
+
+    async def aclose(self) -> None:
+        """Nothing to release: files are opened only while read."""
+
+    def read_new(self) -> list[Sample]:
+        """Read every run file's new complete records and return their samples."""
+        out: list[Sample] = []
+        for path in find_run_files(self.path):
+            state = self._files.get(path)
+            if state is None:
+                state = self._files[path] = _RunFile(LogReader(path), RunInfo(run_id=_run_id(path)))
+            records, problems = state.reader.read()
+            for problem in problems:
+                self._report(path, problem)
+            for offset, payload in records:
+                self._decode(path, state, offset, payload, out)
+        return out
+
+    def _report(self, path: str, problem: Corruption) -> None:
+        self.corrupt_records += 1
+        log.warning(
+            "wandb_dir %s: skipped a damaged record in %s at offset %d: %s",
+            self.name,
+            path,
+            problem.offset,
+            problem.reason,
+        )
+
+    def _decode(self, path: str, state: _RunFile, offset: int, payload: bytes, out: list[Sample]) -> None:
+        try:
+            record = decode_record(payload)
+        except ProtoError as exc:
+            self._report(path, Corruption(offset, f"bad record: {exc}"))
+            return
+        if isinstance(record, HistoryRow):
+            self._history(state, record, out)
+        elif isinstance(record, StatsRow):
+            self._stats(state, record, out)
+        elif isinstance(record, RunInfo):
+            record.run_id = record.run_id or state.run.run_id
+            state.run = record
+            state.keys.clear()
+        elif isinstance(record, ExitInfo) and not state.ended:
+            self._exit(state, record, out)
+
+    def _key(self, state: _RunFile, metric: str, extra: dict[str, str] | None = None) -> SeriesKey:
+        extra_items = tuple(sorted(extra.items())) if extra else ()
+        key = state.keys.get((metric, extra_items))
+        if key is None:
+            run = state.run
+            labels = {"source": self.name, "run": _run_label(run), "run_name": run.display_name}
+            labels.update(extra_items)
+            key = state.keys[(metric, extra_items)] = SeriesKey(metric, make_labels(labels))
+        return key
+
+    def _history(self, state: _RunFile, row: HistoryRow, out: list[Sample]) -> None:
+        values = row.values
+        step_value = to_float(values.get("_step"))
+        step = int(step_value) if step_value is not None and step_value == step_value else row.step
+        t = to_float(values.get("_timestamp"))
+        if t is None:
+            runtime = to_float(values.get("_runtime"))
+            t = (state.run.start_time or 0.0) + (runtime or 0.0)
+        state.last_time = t
+        for metric, value in flatten_row(values):
+            out.append(Sample(self._key(state, metric), t, step, value))
+
+    def _stats(self, state: _RunFile, row: StatsRow, out: list[Sample]) -> None:
+        t = row.time if row.time is not None else state.last_time or 0.0
+        state.last_time = t
+        for key, raw in row.values.items():
+            value = to_float(raw)
+            if value is not None:
+                metric, extra = system_metric(key)
+                out.append(Sample(self._key(state, metric, extra), t, None, value))
+
+    def _exit(self, state: _RunFile, record: ExitInfo, out: list[Sample]) -> None:
+        state.ended = True
+        times = [t for t in (state.last_time,) if t is not None]
+        if state.run.start_time is not None:
+            times.append(state.run.start_time + record.runtime)
+        t = max(times) if times else 0.0
+        out.append(Sample(self._key(state, "run.finished"), t, None, 1.0))
+        out.append(Sample(self._key(state, "run.crashed"), t, None, 0.0 if record.exit_code == 0 else 1.0))
+
+    def cursor(self) -> dict[str, Any]:
+        """Where each file was read up to, and what it said about its run: for a restart."""
+        return {
+            "files": {
+                path: {
+                    "offset": s.reader.offset,
+                    "run": asdict(s.run),
+                    "ended": s.ended,
+                    "last_time": s.last_time,
+                }
+                for path, s in self._files.items()
+            }
+        }
+
+    def restore(self, cursor: dict[str, Any]) -> None:
+        """Continue from a `cursor()` taken earlier: files are read on from where they were left."""
+        for path, entry in cursor.get("files", {}).items():
+            run = RunInfo(**entry.get("run", {}))
+            state = _RunFile(LogReader(path, int(entry.get("offset", 0))), run)
+            state.ended = bool(entry.get("ended", False))
+            state.last_time = entry.get("last_time")
+            self._files[path] = state
+
+
+def _run_id(path: str) -> str:
+    match = _RUN_FILE.match(os.path.basename(path))
+    return match.group(1) if match else os.path.basename(path)
+
+
+def _run_label(run: RunInfo) -> str:
+    if run.entity and run.project and run.run_id:
+        return f"{run.entity}/{run.project}/{run.run_id}"
+    return run.run_id

@@ -1,0 +1,157 @@
+"""A GraphQL-over-HTTP client for the W&B API: basic auth, bounded retries, no secret in any output.
+
+`POST {base_url}/graphql` with `{"query", "variables"}` and HTTP basic auth `api:<key>`, as wandb-core
+sends it. Retries (within one call, at most `max_retries` times): 429, every 5xx but 501, other 4xx
+that wandb-core retries, and connection errors. The wait is the response's `Retry-After` (seconds or
+an HTTP date), else `RateLimit-Reset`, else 2 s·2ⁿ with up to 25 % jitter, capped at `max_wait`; a
+server asking for longer than `max_wait` ends the call at once. After the last try:
+`SourceError(recoverable=True)`. 401/403 raise `AuthError` (not recoverable) at once; 400, 404, 409,
+410, 413, 422 and 501 raise a non-recoverable `SourceError`. GraphQL `errors` in a 200 answer raise a
+recoverable `SourceError` without a retry. The API key never appears in a message or a repr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from alertd import __version__ as _version
+from alertd.errors import SourceError
+
+Sleep = Callable[[float], Awaitable[None]]
+_NO_RETRY = frozenset({400, 404, 409, 410, 413, 422, 501})
+_AUTH = frozenset({401, 403})
+
+
+class AuthError(SourceError):
+    """The server refused the API key (401/403)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, recoverable=False)
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds to wait from a `Retry-After` (or `RateLimit-Reset`) value: a number or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+class GraphQLClient:
+    """Sends GraphQL queries to one W&B server. `requests` counts HTTP requests sent, retries included."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        client: httpx.AsyncClient | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 4,
+        max_wait: float = 60.0,
+        sleep: Sleep | None = None,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/graphql"
+        self.host = httpx.URL(base_url).host
+        self._key = api_key
+        self._auth = httpx.BasicAuth("api", api_key)
+        self._own_client = client is None
+        self._client = client or httpx.AsyncClient(timeout=timeout)
+        self._timeout = timeout
+        self.max_retries = max_retries
+        self.max_wait = max_wait
+        self._sleep = sleep or asyncio.sleep
+        self.requests = 0
+
+    def __repr__(self) -> str:
+        return f"GraphQLClient(url={self.url!r})"
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._key, "***") if self._key else text
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this object created it."""
+        if self._own_client:
+            await self._client.aclose()
+
+    async def query(self, name: str, query: str, variables: dict[str, Any], now: float) -> dict[str, Any]:
+        """Run one query and return its `data`; `name` is used only in messages."""
+        attempt = 0
+        while True:
+            data, wait, why = await self._try(name, query, variables, now, attempt)
+            if data is not None:
+                return data
+            attempt += 1
+            if attempt > self.max_retries:
+                raise SourceError(f"W&B {name} at {self.host}: {why}, giving up after {attempt} tries")
+            if wait > self.max_wait:
+                raise SourceError(f"W&B {name} at {self.host}: {why}, server asks to wait {wait:.0f}s")
+            await self._sleep(wait)
+
+    def _backoff(self, attempt: int) -> float:
+        base = min(self.max_wait, 2.0 * 2**attempt)
+        return float(min(self.max_wait, base * (1 + 0.25 * random.random())))
+
+    async def _try(
+        self, name: str, query: str, variables: dict[str, Any], now: float, attempt: int
+    ) -> tuple[dict[str, Any] | None, float, str]:
+        """One HTTP request: `(data, 0, "")` on success, else `(None, wait, reason)`."""
+        self.requests += 1
+        headers = {"User-Agent": f"alertd/{_version}", "Content-Type": "application/json"}
+        try:
+            resp = await self._client.post(
+                self.url,
+                json={"query": query, "variables": variables},
+                auth=self._auth,
+                headers=headers,
+                timeout=self._timeout,
+            )
+        except httpx.TransportError as exc:
+            return None, self._backoff(attempt), self._redact(f"connection failed ({type(exc).__name__})")
+        status = resp.status_code
+        if status in _AUTH:
+            raise AuthError(
+                f"W&B API at {self.host} refused the API key (HTTP {status}): check WANDB_API_KEY "
+                "or the source's api_key"
+            )
+        if status in _NO_RETRY:
+            raise SourceError(
+                f"W&B {name} at {self.host}: HTTP {status}: {self._snippet(resp)}", recoverable=False
+            )
+        if status >= 400 or status < 200:
+            wait = parse_retry_after(resp.headers.get("Retry-After"), now)
+            if wait is None and (status == 429 or resp.headers.get("RateLimit-Remaining") == "0"):
+                wait = parse_retry_after(resp.headers.get("RateLimit-Reset"), now)
+            return None, (self._backoff(attempt) if wait is None else wait), f"HTTP {status}"
+        return self._parse(name, resp), 0.0, ""
+
+    def _parse(self, name: str, resp: httpx.Response) -> dict[str, Any]:
+        try:
+            body = resp.json()
+        except ValueError as exc:
+            raise SourceError(f"W&B {name} at {self.host}: the answer is not JSON") from exc
+        errors = body.get("errors") if isinstance(body, dict) else None
+        if errors:
+            msgs = "; ".join(str(e.get("message", e)) if isinstance(e, dict) else str(e) for e in errors)
+            raise SourceError(self._redact(f"W&B {name} at {self.host}: {msgs}"))
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, dict):
+            raise SourceError(f"W&B {name} at {self.host}: the answer has no data")
+        return data
+
+    def _snippet(self, resp: httpx.Response) -> str:
+        return self._redact(resp.text[:200].strip()) or resp.reason_phrase
