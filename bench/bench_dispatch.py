@@ -57,9 +57,7 @@ def bench_plan() -> None:
     flush = plan(tick.state, transitions=[], alerts=alerts, route=ROUTE, now=60.0)
     t3 = time.perf_counter()
     n = len(alerts)
-    print(
-        f"plan: {n} new firing alerts -> {len(first.notifications)} notifications in {(t1 - t0) * 1e3:.1f} ms"
-    )
+    print(f"plan: {n} new firing alerts -> {len(first.notifications)} notifications in {(t1 - t0) * 1e3:.1f} ms")
     print(f"plan: idle tick over {n} firing alerts, no group due: {(t2 - t1) * 1e3:.1f} ms")
     print(f"plan: {len(flush.state.groups)} groups flushed, nothing to send: {(t3 - t2) * 1e3:.1f} ms")
 

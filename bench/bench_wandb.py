@@ -44,12 +44,9 @@ run.finish()
 async def bench_poll() -> int:
     with FakeWandb(API_KEY) as fake:
         runs = [
-            fake.add_run(FakeRun(f"r{i}", history=[{"_step": 0, "_timestamp": 1e9, "loss": 1.0}]))
-            for i in range(10)
+            fake.add_run(FakeRun(f"r{i}", history=[{"_step": 0, "_timestamp": 1e9, "loss": 1.0}])) for i in range(10)
         ]
-        src = WandbSource(
-            WandbConfig(name="wb", type="wandb", project="me/proj", base_url=fake.url, api_key=API_KEY)
-        )
+        src = WandbSource(WandbConfig(name="wb", type="wandb", project="me/proj", base_url=fake.url, api_key=API_KEY))
         await src.poll(1e9)
         for run in runs:
             run.history.append({"_step": 1, "_timestamp": 1e9 + 1, "loss": 0.5})

@@ -242,6 +242,4 @@ async def test_error_answers(
     await notifier.aclose()
     assert err.value.recoverable is recoverable
     assert err.value.retry_after == retry_after
-    assert (
-        str(err.value) == f"alertmanager notifier 'am' ({recorder.url}) answered {status}: invalid label set"
-    )
+    assert str(err.value) == f"alertmanager notifier 'am' ({recorder.url}) answered {status}: invalid label set"

@@ -136,7 +136,8 @@ def test_without_notifiers_alerts_go_to_the_console(tmp_path: Path) -> None:
 
 
 def test_a_baseline_longer_than_the_buffer_is_refused(tmp_path: Path) -> None:
-    text = "buffer: {max_samples: 20}\nrules:\n  - {name: s, metric: loss, condition: {spike: {ratio: 2, baseline: 50 samples}}}\n"
+    rule = "{name: s, metric: loss, condition: {spike: {ratio: 2, baseline: 50 samples}}}"
+    text = f"buffer: {{max_samples: 20}}\nrules:\n  - {rule}\n"
     (msg,) = problems([write(tmp_path, "r.yaml", text)])
     assert "rules[0].condition: a baseline of 50 samples needs buffer.max_samples above it (now 20)" in msg
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from core_helpers import rule
@@ -49,6 +50,6 @@ def test_one_batch_or_many_give_the_same_transitions(spec, cuts, tail) -> None: 
     until = data[-1].time + tail
     one_by_one = transitions([[s] for s in data], until)
     points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
-    chunks = [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+    chunks = [data[a:b] for a, b in itertools.pairwise(points)]
     assert transitions([data], until) == one_by_one
     assert transitions(chunks, until) == one_by_one

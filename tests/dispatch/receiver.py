@@ -108,9 +108,7 @@ class HttpTestNotifier:
             raise NotifyError(f"{self.name}: {type(exc).__name__}", recoverable=True) from exc
         if resp.status_code == 429:
             after = resp.headers.get("Retry-After")
-            raise NotifyError(
-                f"{self.name}: 429", recoverable=True, retry_after=float(after) if after else None
-            )
+            raise NotifyError(f"{self.name}: 429", recoverable=True, retry_after=float(after) if after else None)
         if resp.status_code >= 500:
             raise NotifyError(f"{self.name}: HTTP {resp.status_code}", recoverable=True)
         if resp.status_code >= 400:

@@ -153,9 +153,7 @@ async def test_rate_limit_delays_the_21st_notification(tmp_path: Path, receiver:
 
 
 @pytest.mark.anyio
-async def test_non_recoverable_error_is_not_retried(
-    tmp_path: Path, receiver: Receiver, hook: HttpTestNotifier
-) -> None:
+async def test_non_recoverable_error_is_not_retried(tmp_path: Path, receiver: Receiver, hook: HttpTestNotifier) -> None:
     d = dispatcher(tmp_path, hook)
     receiver.recorder.responses = [(400, {})]
     d.submit([tr("nan", FIRING, 0.0)], None, 0.0)
@@ -213,9 +211,7 @@ async def test_resolution_is_not_delivered_before_the_firing_notification_it_fol
     await d.deliver_due(0.0)
     d.submit([tr("nan", RESOLVED, 30.0)], None, 30.0)
     assert d.submit([], None, 60.0).notifications[0].status == "resolved"
-    assert (
-        await d.deliver_due(60.0) == []
-    )  # the firing one waits for its Retry-After; the resolution waits too
+    assert await d.deliver_due(60.0) == []  # the firing one waits for its Retry-After; the resolution waits too
     outs = await d.deliver_due(100.0)
     assert [o.result for o in outs] == ["delivered", "delivered"]
     assert [b["status"] for b in receiver.recorder.bodies] == ["firing", "resolved"]

@@ -25,9 +25,7 @@ def test_match_continue_and_fallback_to_the_parent() -> None:
     t = Table(route(TREE))
     got = t.step(
         0.0,
-        tr(
-            "nan", FIRING, 0.0, severity="critical", run="prod1"
-        ),  # pager, continues, no other child: pager only
+        tr("nan", FIRING, 0.0, severity="critical", run="prod1"),  # pager, continues, no other child: pager only
         tr("grad", FIRING, 0.0, run="other"),  # no child matches: the root's console
         tr("gpu_hot", FIRING, 0.0, run="x"),  # alertname = rule
     )
@@ -56,9 +54,7 @@ def test_continue_reaches_the_next_matching_sibling_with_its_own_timing() -> Non
 def test_match_re_is_anchored() -> None:
     t = Table(route(TREE))
     # `old-exp1` contains `exp` but does not match `exp.*` as a whole
-    assert t.step(0.0, tr("grad", FIRING, 0.0, run="old-exp1")) == [
-        ("console", "firing", ("grad/old-exp1:firing",))
-    ]
+    assert t.step(0.0, tr("grad", FIRING, 0.0, run="old-exp1")) == [("console", "firing", ("grad/old-exp1:firing",))]
 
 
 def test_nested_routes_inherit_unset_values() -> None:

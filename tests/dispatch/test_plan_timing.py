@@ -25,9 +25,7 @@ def test_defaults_send_a_nan_alert_at_once_and_repeat_after_four_hours() -> None
 
 
 def test_group_wait_then_group_interval_for_later_alerts() -> None:
-    t = Table(
-        route({"receivers": ["chat"], "group_by": ["rule"], "group_wait": "30s", "group_interval": "5m"})
-    )
+    t = Table(route({"receivers": ["chat"], "group_by": ["rule"], "group_wait": "30s", "group_interval": "5m"}))
     a = tr("grad", FIRING, 0.0, run="a")
     b = tr("grad", FIRING, 40.0, run="b")
     t.run(

@@ -33,9 +33,7 @@ def transition(run: str = "exp1", state: TransitionKind = TransitionKind.FIRING,
     )
 
 
-def notification(
-    *alerts: Transition, status: str = "firing", key: str = "fp1-1780000000-firing"
-) -> Notification:
+def notification(*alerts: Transition, status: str = "firing", key: str = "fp1-1780000000-firing") -> Notification:
     alerts = alerts or (transition(),)
     return Notification(
         receiver="mail",
@@ -274,9 +272,7 @@ async def test_timeout_is_recoverable(silent_server: int) -> None:
     ("reply", "recoverable"),
     [("451 4.3.0 Mailbox busy, try later", True), ("550 5.7.1 Message rejected as spam", False)],
 )
-async def test_data_reply_decides_recoverable(
-    smtp_server: SmtpFactory, reply: str, recoverable: bool
-) -> None:
+async def test_data_reply_decides_recoverable(smtp_server: SmtpFactory, reply: str, recoverable: bool) -> None:
     _, port = smtp_server("plain", reply=reply)
     with pytest.raises(NotifyError) as err:
         await deliver(config(port))

@@ -55,9 +55,7 @@ class Spawner:
                 p.wait(timeout=5)
 
 
-def wait_for(
-    cond: Any, what: str, timeout: float = 15.0, proc: subprocess.Popen[bytes] | None = None
-) -> None:
+def wait_for(cond: Any, what: str, timeout: float = 15.0, proc: subprocess.Popen[bytes] | None = None) -> None:
     """Poll `cond()` until true; fail naming `what` (and the child's exit) when it never is."""
     deadline = time.monotonic() + timeout
     while not cond():
@@ -121,9 +119,7 @@ def notification(*alerts: Transition) -> Notification:
     )
 
 
-def spawn_with_pid(
-    spawner: Spawner, pid: int, argv: list[str], tries: int = 30
-) -> subprocess.Popen[bytes] | None:
+def spawn_with_pid(spawner: Spawner, pid: int, argv: list[str], tries: int = 30) -> subprocess.Popen[bytes] | None:
     """Start `argv` with exactly `pid` through /proc/sys/kernel/ns_last_pid (needs privilege).
 
     Returns None where the kernel won't let us choose the next pid (not root, no CAP_CHECKPOINT_RESTORE),

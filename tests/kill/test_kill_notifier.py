@@ -116,9 +116,7 @@ async def test_resolution_alone_sends_nothing(spawner: Spawner) -> None:
     proc, work = spawner.script("stubborn_script.py")
     labels = {"host": socket.gethostname(), "pid": str(proc.pid)}
     notifier = KillNotifier("stop", kill_cfg())
-    await notifier.send(
-        notification(firing(labels, state=TransitionKind.RESOLVED, active_at=time.time() - 9))
-    )
+    await notifier.send(notification(firing(labels, state=TransitionKind.RESOLVED, active_at=time.time() - 9)))
     time.sleep(0.2)
     assert notifier.history == [] and signals_received(work) == [] and proc.poll() is None
 

@@ -179,13 +179,7 @@ class FakeWandb:
             out = []
             for spec in (json.loads(s) for s in v["specs"]):
                 lo, hi = spec.get("minStep", 0), spec.get("maxStep", 1 << 62)
-                out.append(
-                    [
-                        {k: _plain(r[k]) for k in spec["keys"] if k in r}
-                        for r in rows
-                        if lo <= r["_step"] <= hi
-                    ]
-                )
+                out.append([{k: _plain(r[k]) for k in spec["keys"] if k in r} for r in rows if lo <= r["_step"] <= hi])
             return {"sampledHistory": out}
         if op == "RunHistoryKeys":
             return {"historyKeys": run.history_keys()}

@@ -33,9 +33,7 @@ def main(root: str) -> None:
         if step % 10 == 0:
             time.sleep(0.25)
     run.finish()
-    run = wandb.init(
-        project="proj", dir=root, id="bad", settings=wandb.Settings(mode="offline", x_disable_stats=True)
-    )
+    run = wandb.init(project="proj", dir=root, id="bad", settings=wandb.Settings(mode="offline", x_disable_stats=True))
     for _ in range(3):
         run.log({"loss": 1.0})
     run.finish(exit_code=1)

@@ -39,8 +39,7 @@ def by_metric(samples: list[Sample], metric: str, run: str = "me/proj/r1") -> li
 
 def same(a: list[tuple[int | None, float]], b: list[tuple[int | None, float]]) -> bool:
     return len(a) == len(b) and all(
-        x[0] == y[0] and (x[1] == y[1] or (math.isnan(x[1]) and math.isnan(y[1])))
-        for x, y in zip(a, b, strict=True)
+        x[0] == y[0] and (x[1] == y[1] or (math.isnan(x[1]) and math.isnan(y[1]))) for x, y in zip(a, b, strict=True)
     )
 
 
@@ -145,9 +144,7 @@ async def test_a_run_finishing_emits_finished_once_and_its_tail_rows(fake: FakeW
 @pytest.mark.anyio
 async def test_cursor_and_restore_continue_after_the_last_step(fake: FakeWandb) -> None:
     run = fake.add_run(
-        FakeRun(
-            "r1", history=[row(i, loss=1.0) for i in range(3)], events=[{"system.cpu": 1, "_timestamp": T0}]
-        )
+        FakeRun("r1", history=[row(i, loss=1.0) for i in range(3)], events=[{"system.cpu": 1, "_timestamp": T0}])
     )
     first = make(fake)
     await first.poll(T0)

@@ -35,9 +35,7 @@ def offline(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "WANDB_MODE": "offline",
         "WANDB_DIR": str(root),
     }
-    subprocess.run(
-        [sys.executable, str(HERE / "gen_offline.py"), str(root)], env=env, check=True, timeout=120
-    )
+    subprocess.run([sys.executable, str(HERE / "gen_offline.py"), str(root)], env=env, check=True, timeout=120)
     return root
 
 
@@ -117,9 +115,7 @@ def test_a_file_read_while_written_gives_the_same_samples(offline: Path, tmp_pat
     data = run_file(offline, "good").read_bytes()
     whole = source(run_file(offline, "good")).read_new()
     target = tmp_path / "run-good.wandb"
-    cuts = sorted(
-        {*range(0, len(data), 2311), 6, 7, 8, 13, BLOCK - 1, BLOCK, BLOCK + 7, 2 * BLOCK + 3, len(data) - 1}
-    )
+    cuts = sorted({*range(0, len(data), 2311), 6, 7, 8, 13, BLOCK - 1, BLOCK, BLOCK + 7, 2 * BLOCK + 3, len(data) - 1})
     for cut in cuts:
         target.write_bytes(data[:cut])
         src = source(tmp_path)

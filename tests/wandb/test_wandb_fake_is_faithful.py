@@ -42,8 +42,7 @@ def sdk_fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Fa
     ]
     rows[4]["loss"] = math.nan
     events = [
-        {"system.gpu.0.gpu": 50.0 + i, "system.cpu": 3.0, "_timestamp": T0 + 15 * i, "_wandb": True}
-        for i in range(4)
+        {"system.gpu.0.gpu": 50.0 + i, "system.cpu": 3.0, "_timestamp": T0 + 15 * i, "_wandb": True} for i in range(4)
     ]
     with FakeWandb(API_KEY) as fake:
         fake.add_run(FakeRun("r1", "brave-owl-1", history=rows, events=events))
@@ -79,11 +78,7 @@ def test_sdk_scan_history_and_history_read_back_the_fake_runs(sdk_fake: tuple[An
     assert [r["_step"] for r in keyed] == list(range(30))
     assert [r.id for r in api.runs("me/proj", filters={"state": "running"})] == ["r1"]
     assert "HistoryPage" in fake.ops() and "Viewer" in fake.ops()
-    pages = [
-        (r["variables"]["minStep"], r["variables"]["maxStep"])
-        for r in fake.requests
-        if r["op"] == "HistoryPage"
-    ]
+    pages = [(r["variables"]["minStep"], r["variables"]["maxStep"]) for r in fake.requests if r["op"] == "HistoryPage"]
     assert pages[0] == (0, 7) and pages[-1] == (28, 30)
 
 
@@ -96,9 +91,7 @@ async def test_alertd_reads_the_same_values_the_sdk_reads(sdk_fake: tuple[Any, F
     out = list(await src.poll(T0 + 60))
     ours = [(s.step, s.value) for s in out if s.series.metric == "loss"]
     assert len(ours) == len(sdk_rows)
-    assert all(
-        st == r["_step"] and _eq(float(r["loss"]), v) for (st, v), r in zip(ours, sdk_rows, strict=True)
-    )
+    assert all(st == r["_step"] and _eq(float(r["loss"]), v) for (st, v), r in zip(ours, sdk_rows, strict=True))
     assert [s.value for s in out if s.series.metric == "gpu.utilization"] == [50.0, 51.0, 52.0, 53.0]
     await src.aclose()
 

@@ -51,9 +51,7 @@ class Dispatcher:
         """Delivered / failed / retried / deferred counts per receiver."""
         return self.delivery.counters
 
-    def submit(
-        self, transitions: Sequence[Transition], alerts: Mapping[str, Alert] | None, now: float
-    ) -> Plan:
+    def submit(self, transitions: Sequence[Transition], alerts: Mapping[str, Alert] | None, now: float) -> Plan:
         """Plan what is due at `now` and write it, with the notification log, to the outbox."""
         result = plan(
             self._state,

@@ -46,9 +46,7 @@ class Matcher:
             try:
                 compile_anchored(self.value)
             except re.error as exc:
-                raise ValueError(
-                    f"matcher {self.name}{self.op.value}{self.value!r}: bad regex: {exc}"
-                ) from None
+                raise ValueError(f"matcher {self.name}{self.op.value}{self.value!r}: bad regex: {exc}") from None
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Whether the labels satisfy this matcher; a missing label counts as ""."""
@@ -80,9 +78,7 @@ def matches_all(matchers: Iterable[Matcher], labels: Mapping[str, str]) -> bool:
     return all(m.matches(labels) for m in matchers)
 
 
-def equality_matchers(
-    match: Mapping[str, str], match_re: Mapping[str, str] | None = None
-) -> tuple[Matcher, ...]:
+def equality_matchers(match: Mapping[str, str], match_re: Mapping[str, str] | None = None) -> tuple[Matcher, ...]:
     """Matchers from the rules file's `match` (equality) and `match_re` (anchored regex) maps."""
     out = [Matcher(k, MatchOp.EQ, v) for k, v in sorted(match.items())]
     out += [Matcher(k, MatchOp.RE, v) for k, v in sorted((match_re or {}).items())]

@@ -103,9 +103,7 @@ class Outbox:
         self._db.close()
         self._lock.close()
 
-    def commit_plan(
-        self, notifications: Iterable[Notification], log_updates: Mapping[LogKey, LogEntry]
-    ) -> int:
+    def commit_plan(self, notifications: Iterable[Notification], log_updates: Mapping[LogKey, LogEntry]) -> int:
         """Write planned notifications and their log entries in one transaction; return how many are new.
 
         A notification whose key is already in the outbox (planned before a restart) is not added again.
@@ -174,15 +172,11 @@ class Outbox:
 
     def mark_failed(self, key: str, error: str, now: float) -> None:
         """Record a failure a retry can't fix; the row is never tried again."""
-        self._update(
-            key, "status = 'failed', attempts = attempts + 1, last_error = ?, done_at = ?", (error, now)
-        )
+        self._update(key, "status = 'failed', attempts = attempts + 1, last_error = ?, done_at = ?", (error, now))
 
     def mark_retry(self, key: str, error: str, next_attempt_at: float) -> None:
         """Record a failed attempt to be retried at `next_attempt_at`."""
-        self._update(
-            key, "attempts = attempts + 1, last_error = ?, next_attempt_at = ?", (error, next_attempt_at)
-        )
+        self._update(key, "attempts = attempts + 1, last_error = ?, next_attempt_at = ?", (error, next_attempt_at))
 
     def defer(self, key: str, next_attempt_at: float) -> None:
         """Move the next attempt later without counting an attempt (rate limits)."""
@@ -190,9 +184,7 @@ class Outbox:
 
     def _update(self, key: str, assignments: str, params: tuple[object, ...]) -> None:
         with _transaction(self._db):
-            self._db.execute(
-                f"UPDATE outbox SET {assignments} WHERE key = ? AND status = 'pending'", (*params, key)
-            )
+            self._db.execute(f"UPDATE outbox SET {assignments} WHERE key = ? AND status = 'pending'", (*params, key))
 
     def _rows(self, where: str, params: tuple[object, ...]) -> list[OutboxRow]:
         sql = (

@@ -160,11 +160,7 @@ class Delivery:
 
     def _retry(self, row: OutboxRow, error: str, retry_after: float | None, now: float) -> Outcome:
         failures = row.attempts + 1
-        wait = (
-            retry_after
-            if retry_after is not None and retry_after >= 0
-            else self.backoff.delay(failures, self.rng)
-        )
+        wait = retry_after if retry_after is not None and retry_after >= 0 else self.backoff.delay(failures, self.rng)
         at = now + wait
         self.outbox.mark_retry(row.key, error, at)
         self.counters.retried[row.receiver] += 1

@@ -197,9 +197,7 @@ def transition_of(alert: Alert) -> Transition:
     )
 
 
-def _firing_sources(
-    groups: Mapping[str, Group], alerts: Mapping[str, Alert] | None
-) -> dict[str, dict[str, str]]:
+def _firing_sources(groups: Mapping[str, Group], alerts: Mapping[str, Alert] | None) -> dict[str, dict[str, str]]:
     if alerts is not None:
         return {
             fp: alert_label_map(a.rule, a.labels, a.severity)

@@ -169,23 +169,17 @@ class EmailNotifier:
         if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
             return self._refused({r.recipient: (r.code, r.message) for r in exc.recipients}, password)
         if isinstance(exc, aiosmtplib.SMTPAuthenticationError):
-            text = (
-                f"{self._where()} refused the login of user {self.cfg.username!r}: {exc.code} {exc.message}"
-            )
+            text = f"{self._where()} refused the login of user {self.cfg.username!r}: {exc.code} {exc.message}"
             return NotifyError(self._redact(text, password), recoverable=400 <= exc.code < 500)
         if isinstance(exc, aiosmtplib.SMTPResponseException):
             text = f"{self._where()} answered {exc.code} {exc.message}"
             return NotifyError(self._redact(text, password), recoverable=not 500 <= exc.code < 600)
-        bad_cert = next(
-            (e for e in (exc, exc.__cause__) if isinstance(e, ssl.SSLCertVerificationError)), None
-        )
+        bad_cert = next((e for e in (exc, exc.__cause__) if isinstance(e, ssl.SSLCertVerificationError)), None)
         if bad_cert is not None:
             why = bad_cert.verify_message or str(bad_cert)
             text = f"{self._where()}: TLS certificate not trusted ({why}); set ca_file, or tls_verify: false"
             return NotifyError(text, recoverable=False)
-        if isinstance(
-            exc, OSError | TimeoutError | aiosmtplib.SMTPServerDisconnected | aiosmtplib.SMTPConnectError
-        ):
+        if isinstance(exc, OSError | TimeoutError | aiosmtplib.SMTPServerDisconnected | aiosmtplib.SMTPConnectError):
             return NotifyError(self._redact(f"{self._where()}: {exc}", password), recoverable=True)
         # STARTTLS or AUTH not offered, and the like: the configuration must change.
         return NotifyError(self._redact(f"{self._where()}: {exc}", password), recoverable=False)

@@ -168,9 +168,7 @@ class KillNotifier:
                 log.exception("kill %s: internal error on %s", self.name, alert.rule)
                 failure = failure or e
         if failure is not None:
-            raise NotifyError(
-                f"kill notifier {self.name}: internal error: {failure}", recoverable=False
-            ) from failure
+            raise NotifyError(f"kill notifier {self.name}: internal error: {failure}", recoverable=False) from failure
 
     async def aclose(self) -> None:
         """Stop running escalations (no further signals) and wait briefly for their reports."""
@@ -254,9 +252,7 @@ class KillNotifier:
         labels = dict(alert.labels)
         raw, host = labels.get("pid"), labels.get("host")
         if raw is None:
-            raise Refused(
-                "the alert has no pid label (target writer needs event file names with host and pid)"
-            )
+            raise Refused("the alert has no pid label (target writer needs event file names with host and pid)")
         if host is None:
             raise Refused(f"the alert has no host label: can't tell that pid {raw} runs on this machine")
         if not self._same_host(host):
@@ -351,9 +347,7 @@ class KillNotifier:
             handle.close()
         status = seen.status if seen is not None else None
         try:
-            await self._emit(
-                replace(base, signals=tuple(sent), exited=seen is not None, exit_status=status, note=note)
-            )
+            await self._emit(replace(base, signals=tuple(sent), exited=seen is not None, exit_status=status, note=note))
         finally:
             task = asyncio.current_task()
             if task is not None:

@@ -234,9 +234,7 @@ class WandbSource:
             data = await self.client.query("runs list", RUNS_QUERY, variables, now)
             project = data.get("project")
             if not project:
-                raise SourceError(
-                    f"wandb source {self.name}: project {self.cfg.project} not found", recoverable=False
-                )
+                raise SourceError(f"wandb source {self.name}: project {self.cfg.project} not found", recoverable=False)
             runs = project.get("runs") or {}
             nodes.extend(e["node"] for e in runs.get("edges") or () if e.get("node"))
             page = runs.get("pageInfo") or {}
@@ -290,9 +288,7 @@ class WandbSource:
             key = self._keys[cache_key] = SeriesKey(metric, make_labels(labels))
         return key
 
-    def _history(
-        self, run: _Run, rows: list[dict[str, Any]], created: float | None, out: list[Sample]
-    ) -> None:
+    def _history(self, run: _Run, rows: list[dict[str, Any]], created: float | None, out: list[Sample]) -> None:
         for row in sorted(rows, key=lambda r: to_float(r.get("_step")) or 0.0):
             step_f = to_float(row.get("_step"))
             if step_f is None or step_f != step_f or int(step_f) <= run.last_step:

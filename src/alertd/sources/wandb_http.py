@@ -129,9 +129,7 @@ class GraphQLClient:
                 "or the source's api_key"
             )
         if status in _NO_RETRY:
-            raise SourceError(
-                f"W&B {name} at {self.host}: HTTP {status}: {self._snippet(resp)}", recoverable=False
-            )
+            raise SourceError(f"W&B {name} at {self.host}: HTTP {status}: {self._snippet(resp)}", recoverable=False)
         if status >= 400 or status < 200:
             wait = parse_retry_after(resp.headers.get("Retry-After"), now)
             if wait is None and (status == 429 or resp.headers.get("RateLimit-Remaining") == "0"):
