@@ -59,7 +59,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as logdir:
         t0 = time.perf_counter()
         path = build(logdir)
-        print(f"(built {os.path.getsize(path) / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+        print(
+            f"(built {os.path.getsize(path) / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s)",
+            file=sys.stderr,
+        )
         cfg = TensorBoardConfig(name="bench", type="tensorboard", logdir=logdir)
         best = float("inf")
         count = 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import struct
 from types import SimpleNamespace
 
 import pytest
@@ -26,7 +25,10 @@ def _decode(payloads: list[bytes]) -> tuple[list[Sample], list[tuple[int, float]
     ("name", "want"),
     [
         ("events.out.tfevents.1796225793.vm.14421.0", (1796225793, "vm", "14421")),
-        ("events.out.tfevents.1796225793.gpu-3.cluster.local.77.12", (1796225793, "gpu-3.cluster.local", "77")),
+        (
+            "events.out.tfevents.1796225793.gpu-3.cluster.local.77.12",
+            (1796225793, "gpu-3.cluster.local", "77"),
+        ),
         ("events.out.tfevents.1700000000.host.123.4.v2", (1700000000, "host", "123")),
         ("events.out.tfevents.1700000000.host.123.0_rank1", (1700000000, "host", "123")),
         ("events.out.tfevents.1700000000.my-box", (1700000000, "my-box", None)),
@@ -71,11 +73,15 @@ def test_non_scalar_summaries_are_ignored() -> None:
         tensor=tensor_pb2.TensorProto(
             dtype=types_pb2.DT_FLOAT,
             float_val=[1.0, 2.0],
-            tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=2)]),
+            tensor_shape=tensor_shape_pb2.TensorShapeProto(
+                dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=2)]
+            ),
         ),
     )
     keep = summary_pb2.Summary.Value(tag="loss", simple_value=0.5)
-    ev = event_pb2.Event(step=3, wall_time=5.0, summary=summary_pb2.Summary(value=[text, histo, image, vector, keep]))
+    ev = event_pb2.Event(
+        step=3, wall_time=5.0, summary=summary_pb2.Summary(value=[text, histo, image, vector, keep])
+    )
     out, _, _ = _decode([ev.SerializeToString()])
     assert [(s.series.metric, s.value) for s in out] == [("loss", 0.5)]
 
@@ -85,8 +91,12 @@ def test_metadata_only_on_the_first_event_of_a_tag_still_decides() -> None:
         tag="t", tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[1.0])
     )
     first.metadata.plugin_data.plugin_name = "custom_plugin"
-    later = summary_pb2.Summary.Value(tag="t", tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[2.0]))
-    evs = [event_pb2.Event(step=i, summary=summary_pb2.Summary(value=[v])) for i, v in enumerate([first, later])]
+    later = summary_pb2.Summary.Value(
+        tag="t", tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[2.0])
+    )
+    evs = [
+        event_pb2.Event(step=i, summary=summary_pb2.Summary(value=[v])) for i, v in enumerate([first, later])
+    ]
     out, _, _ = _decode([e.SerializeToString() for e in evs])
     assert out == []
 
@@ -94,15 +104,24 @@ def test_metadata_only_on_the_first_event_of_a_tag_still_decides() -> None:
 def test_session_start_and_file_version_events() -> None:
     evs = [
         event_pb2.Event(wall_time=1.0, file_version="brain.Event:2"),
-        event_pb2.Event(step=40, wall_time=2.0, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)),
+        event_pb2.Event(
+            step=40, wall_time=2.0, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)
+        ),
     ]
     out, starts, bad = _decode([e.SerializeToString() for e in evs])
     assert out == [] and starts == [(40, 2.0)] and bad == 0
 
 
 def test_undecodable_payload_is_counted_not_raised() -> None:
-    out, _, bad = _decode([b"\xff\xff\xff", event_pb2.Event(step=1, summary=summary_pb2.Summary(
-        value=[summary_pb2.Summary.Value(tag="a", simple_value=1.0)])).SerializeToString()])
+    out, _, bad = _decode(
+        [
+            b"\xff\xff\xff",
+            event_pb2.Event(
+                step=1,
+                summary=summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag="a", simple_value=1.0)]),
+            ).SerializeToString(),
+        ]
+    )
     assert bad == 1 and [s.value for s in out] == [1.0]
 
 

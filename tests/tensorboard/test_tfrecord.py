@@ -20,7 +20,11 @@ def test_masked_crc_matches_the_reference_vectors() -> None:
 
 
 def test_frame_is_byte_for_byte_what_tensorboard_record_writer_writes() -> None:
-    for payload in (b"", b"x", event_pb2.Event(wall_time=1.0, file_version="brain.Event:2").SerializeToString()):
+    for payload in (
+        b"",
+        b"x",
+        event_pb2.Event(wall_time=1.0, file_version="brain.Event:2").SerializeToString(),
+    ):
         buf = io.BytesIO()
         RecordWriter(buf).write(payload)
         assert frame(payload) == buf.getvalue()

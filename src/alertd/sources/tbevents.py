@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from itertools import repeat
 
 from google.protobuf.message import DecodeError
-
 from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 
 from alertd.model import Sample, SeriesKey
 
 _FROM_STRING = event_pb2.Event.FromString
+_SAMPLE: Callable[..., Sample] = Sample
 _DOUBLE = struct.Struct("<d")
 _START = event_pb2.SessionLog.START
 _SCALAR_CLASS = summary_pb2.DATA_CLASS_SCALAR
@@ -197,7 +197,7 @@ class EventDecoder:
                             vals = lay.unpack(p, j)
                             if vals[::2] == lay.skeleton and lay.generation == tags.generation:
                                 k = len(lay.keys)
-                                extend(map(Sample, lay.keys, repeat(wall, k), repeat(step, k), vals[1::2]))
+                                extend(map(_SAMPLE, lay.keys, repeat(wall, k), repeat(step, k), vals[1::2]))
                                 break
                         else:
                             self._slow(p, out, starts, j, size)
@@ -208,9 +208,7 @@ class EventDecoder:
                 bad += 1
         return bad
 
-    def _slow(
-        self, p: bytes, out: list[Sample], starts: list[tuple[int, float]], j: int, size: int
-    ) -> None:
+    def _slow(self, p: bytes, out: list[Sample], starts: list[tuple[int, float]], j: int, size: int) -> None:
         ev = _FROM_STRING(p)
         what = ev.WhichOneof("what")
         if what == "session_log" and ev.session_log.status == _START:

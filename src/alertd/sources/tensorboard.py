@@ -67,7 +67,8 @@ class _Tail:
         self.name = os.path.basename(path)
         parsed = parse_file_name(self.name)
         self.order = (run, parsed.sort_key, self.name)
-        self.labels = make_labels({"source": source, "run": run, "host": parsed.host, "pid": parsed.pid})
+        fields = {"source": source, "run": run, "host": parsed.host or "", "pid": parsed.pid or ""}
+        self.labels = make_labels(fields)
         self.keys: dict[str, SeriesKey] = {}
         self.decoder = EventDecoder(tags, self.key_for)
         self.offset = offset
@@ -98,13 +99,16 @@ class _Tail:
                 for c in res.corruptions:
                     corrupt += 1
                     log.warning(
-                        "corrupt record in %s at byte %d (%s); skipped", self.path, self.offset + c.offset, c.reason
+                        "corrupt record in %s at byte %d (%s); skipped",
+                        self.path,
+                        self.offset + c.offset,
+                        c.reason,
                     )
                 corrupt += self._decode(res.payloads, out, starts, self.offset + res.consumed)
                 self.offset += res.consumed
                 self.resyncing, self.wanted = res.resyncing, res.wanted
-                if len(data) < _MAX_READ or res.consumed == 0:
-                    break
+                if res.consumed == 0 and not len(data) < res.wanted <= st.st_size - self.offset:
+                    break  # an incomplete record, or a region still being searched: wait for more bytes
         return corrupt
 
     def _decode(
@@ -156,6 +160,7 @@ class TensorBoardSource:
         self._runs: dict[str, RunTags] = {}
         self._restore: dict[str, int] = {}
         self._polls = 0
+        self._unsorted = False
         self._waiting = False
         self._lock = threading.Lock()
 
@@ -236,6 +241,9 @@ class TensorBoardSource:
                 d.relist = changed
                 d.mtime_ns = st.st_mtime_ns
                 self._list(d)
+        if self._unsorted:
+            self._ordered = sorted(self._tails.values(), key=lambda t: t.order)
+            self._unsorted = False
         return True
 
     def _add_dir(self, path: str, st: os.stat_result) -> bool:
@@ -271,7 +279,7 @@ class TensorBoardSource:
         tags = self._runs.setdefault(run, RunTags())
         tail = _Tail(path, rel, run, self.name, tags, self._restore.pop(rel, 0))
         self._tails[rel] = tail
-        self._ordered = sorted(self._tails.values(), key=lambda t: t.order)
+        self._unsorted = True
         log.debug("tailing %s (run %s)", path, run)
 
     def _drop(self, tail: _Tail) -> None:

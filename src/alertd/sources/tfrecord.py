@@ -38,19 +38,14 @@ MAX_RECORD = 1 << 31
 
 def masked_crc32c(data: bytes) -> int:
     """The LevelDB/TFRecord masked CRC-32C of `data`."""
-    c = _CRC(data)
+    c: int = _CRC(data)
     return ((((c >> 15) | (c << 17)) & _U32) + _MASK_DELTA) & _U32
 
 
 def frame(payload: bytes) -> bytes:
     """One complete record holding `payload`, byte for byte as TensorBoard's RecordWriter writes it."""
     header = _U64.pack(len(payload))
-    return (
-        header
-        + _FOOTER.pack(masked_crc32c(header))
-        + payload
-        + _FOOTER.pack(masked_crc32c(payload))
-    )
+    return header + _FOOTER.pack(masked_crc32c(header)) + payload + _FOOTER.pack(masked_crc32c(payload))
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +121,7 @@ def scan(data: bytes, resyncing: bool = False) -> ScanResult:
 def _header_ok(header: bytes) -> bool:
     """Whether a 12-byte record header's length CRC is good and its length acceptable."""
     n, hcrc = _HEADER.unpack(header)
-    return n <= MAX_RECORD and masked_crc32c(header[:8]) == hcrc
+    return bool(n <= MAX_RECORD and masked_crc32c(header[:8]) == hcrc)
 
 
 def _resync(data: bytes, pos: int) -> tuple[bool, int]:
