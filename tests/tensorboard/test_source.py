@@ -293,3 +293,20 @@ def test_backlog_larger_than_one_read_is_read_in_one_poll(
     kit.write_events(tmp_path, events)
     got = kit.make_source(tmp_path).read_new()
     assert [s.step for s in got] == list(range(20)) + [20] * 40
+
+
+def test_unreadable_file_is_warned_once_and_read_later(
+    tmp_path: Path, kit: SimpleNamespace, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = kit.write_events(tmp_path / "elsewhere", [kit.scalar_event(0, {"loss": 0})])
+    logdir = tmp_path / "logdir"
+    logdir.mkdir()
+    path = logdir / real.name
+    path.symlink_to(path.name)  # a symlink loop: stat and open fail with ELOOP
+    src = kit.make_source(logdir)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert src.read_new() == [] and src.read_new() == []
+    assert sum("cannot read event file" in r.getMessage() for r in caplog.records) == 1
+    path.unlink()
+    shutil.copy(real, path)
+    assert kit.view(src.read_new()) == [("loss", ".", 0, 0.0)]

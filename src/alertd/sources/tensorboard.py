@@ -47,6 +47,7 @@ class _Tail:
 
     __slots__ = (
         "decoder",
+        "error",
         "ident",
         "keys",
         "labels",
@@ -75,6 +76,7 @@ class _Tail:
         self.resyncing = False
         self.wanted = 0
         self.ident: tuple[int, int] | None = None
+        self.error = ""
 
     def key_for(self, tag: str) -> SeriesKey:
         """The series of `tag` in this file (built once per tag)."""
@@ -178,18 +180,19 @@ class TensorBoardSource:
             if not self._discover():
                 return out
             for tail in list(self._ordered):
-                try:
-                    st = os.stat(tail.path)
-                except FileNotFoundError:
-                    self._drop(tail)
-                    continue
-                if st.st_size == tail.offset and (st.st_dev, st.st_ino) == tail.ident:
-                    continue
                 starts: list[tuple[int, float]] = []
                 try:
-                    self.corrupt_records += tail.read(st, out, starts)
+                    st = os.stat(tail.path)
+                    if st.st_size != tail.offset or (st.st_dev, st.st_ino) != tail.ident:
+                        self.corrupt_records += tail.read(st, out, starts)
                 except FileNotFoundError:
                     self._drop(tail)
+                except OSError as e:  # unreadable for now (permissions, I/O error): retried next poll
+                    if tail.error != str(e):
+                        log.warning("cannot read event file %s: %s; retrying at the next poll", tail.path, e)
+                    tail.error = str(e)
+                else:
+                    tail.error = ""
                 for step, wall in starts:
                     self.restarts.append((tail.run, step, wall))
                     log.info("run %s: SessionLog.START at step %d (%s)", tail.run, step, tail.name)
@@ -261,15 +264,23 @@ class TensorBoardSource:
             return
         for entry in entries:
             try:
-                if entry.is_dir():
-                    if entry.path not in self._dirs and self._add_dir(entry.path, entry.stat()):
-                        sub = self._dirs[entry.path]
-                        sub.mtime_ns = entry.stat().st_mtime_ns
-                        self._list(sub)
-                elif is_event_file(entry.name):
+                is_dir = entry.is_dir()
+            except OSError:  # a broken entry: an event file among them is warned about when read
+                is_dir = False
+            if not is_dir:
+                if is_event_file(entry.name):
                     self._add_file(entry.path)
+                continue
+            if entry.path in self._dirs:
+                continue
+            try:
+                st = entry.stat()
             except OSError:
                 continue
+            if self._add_dir(entry.path, st):
+                sub = self._dirs[entry.path]
+                sub.mtime_ns = st.st_mtime_ns
+                self._list(sub)
 
     def _add_file(self, path: str) -> None:
         rel = os.path.relpath(path, self._root).replace(os.sep, "/")
