@@ -10,7 +10,12 @@
   is logged once (file and byte offset) and counted in `corrupt_records`.
 - A `SessionLog.START` event is recorded in `restarts` as (run, step, wall_time) and logged at info.
 - A file whose size drops below the consumed offset, or whose inode changes, was replaced: it is read
-  again from its start (with a warning).
+  again from its start (with a warning). A file that cannot be read (permissions, I/O error) is warned
+  about once and retried each poll; nothing is skipped.
+- Order within a poll: run by run; within a run, files by the time in their name, then by name.
+- `cursor()` / `restore()` carry the consumed byte offset of each file (path relative to the logdir) so
+  that a restarted service resumes without reading anything twice.
+- A logdir that does not exist yet gives empty polls and one info line until it appears.
 """
 
 from __future__ import annotations
