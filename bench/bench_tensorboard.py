@@ -1,0 +1,103 @@
+"""Benchmark of the tensorboard source: bulk ingest against TensorBoard's EventAccumulator, and tail polls.
+
+Run as `python bench/bench_tensorboard.py`. Builds a 250,000-event file (4 scalars per event,
+`simple_value`, as torch's `add_scalar` writes them) with TensorBoard's own `EventFileWriter`, then:
+
+- ingests it with `TensorBoardSource.read_new()` (best of 3 fresh sources) and with TensorBoard's
+  (legacy, faster) `EventAccumulator(path, size_guidance={"scalars": 0}).Reload()` (once: it is slow),
+  both timed in CPU seconds of this process (`time.process_time`), so that other work on a shared
+  machine does not skew the ratio;
+- appends one event at a time (framed by `tfrecord.frame`, byte for byte what the writer writes; the
+  tests check that) and times `read_new()` in wall-clock time (median of 51 polls).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from alertd.sources.config import TensorBoardConfig
+from alertd.sources.tensorboard import TensorBoardSource
+from alertd.sources.tfrecord import frame
+
+EVENTS = 250_000
+TAGS = ("train/loss", "train/grad_norm", "train/lr", "train/tokens_per_second")
+
+
+def event(step: int) -> event_pb2.Event:
+    """One event holding four scalars, as a trainer logs them."""
+    values = [
+        summary_pb2.Summary.Value(tag=tag, simple_value=1.0 / (step + 1) + i) for i, tag in enumerate(TAGS)
+    ]
+    return event_pb2.Event(wall_time=1.7e9 + step * 0.1, step=step, summary=summary_pb2.Summary(value=values))
+
+
+def build(logdir: str) -> str:
+    """Write the benchmark file with EventFileWriter; return its path."""
+    writer = EventFileWriter(logdir, max_queue_size=1000)
+    for step in range(EVENTS):
+        writer.add_event(event(step))
+    writer.close()
+    (name,) = os.listdir(logdir)
+    return os.path.join(logdir, name)
+
+
+def main() -> None:
+    """Print the two benchmark lines."""
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory() as logdir:
+        t0 = time.perf_counter()
+        path = build(logdir)
+        print(
+            f"(built {os.path.getsize(path) / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s)",
+            file=sys.stderr,
+        )
+        cfg = TensorBoardConfig(name="bench", type="tensorboard", logdir=logdir)
+        best = float("inf")
+        count = 0
+        for _ in range(3):
+            src = TensorBoardSource(cfg)
+            t0 = time.process_time()
+            samples = src.read_new()
+            best = min(best, time.process_time() - t0)
+            count = len(samples)
+            del samples
+        t0 = time.process_time()
+        acc = EventAccumulator(path, size_guidance={"scalars": 0})
+        acc.Reload()
+        ea = time.process_time() - t0
+        ea_count = sum(len(acc.Scalars(tag)) for tag in acc.Tags()["scalars"])
+        assert ea_count == count, (ea_count, count)
+        print(
+            f"tensorboard ingest: {count} scalars in {best:.2f} s ({count / best:.0f} scalars/s); "
+            f"EventAccumulator.Reload: {ea:.2f} s; ratio {ea / best:.1f}x (target >= 5x)"
+        )
+        polls = []
+        with open(path, "ab") as f:
+            for step in range(EVENTS, EVENTS + 51):
+                f.write(frame(event(step).SerializeToString()))
+                f.flush()
+                t0 = time.perf_counter()
+                got = src.read_new()
+                polls.append(time.perf_counter() - t0)
+                assert len(got) == len(TAGS), len(got)
+        size = os.path.getsize(path) / 1e6
+        print(
+            f"tensorboard tail poll after 1 new event on a {size:.0f} MB file: "
+            f"{statistics.median(polls) * 1e3:.3f} ms (target < 1 ms)"
+        )
+
+
+if __name__ == "__main__":
+    main()
