@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 Labels = tuple[tuple[str, str], ...]
 """Sorted (name, value) pairs: hashable and cheap to compare."""
@@ -53,9 +54,12 @@ class SeriesKey:
         return f"{self.metric}{{{inner}}}"
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One reading: `time` in epoch seconds (UTC), `step` None where the source has none (NVML)."""
+class Sample(NamedTuple):
+    """One reading: `time` in epoch seconds (UTC), `step` None where the source has none (NVML).
+
+    A named tuple rather than a frozen dataclass: as immutable, and three times quicker to build,
+    which matters when a source reads a million of them.
+    """
 
     series: SeriesKey
     time: float
