@@ -13,7 +13,8 @@ async def test_body_is_markdown_text(server: RecordingServer) -> None:
 
     assert server.last.json() == {
         "text": "#### \\[FIRING:1\\] loss\\_not\\_finite (run=exp1)\n"
-        "- FIRING loss\\_not\\_finite: train/loss\\_scale = NaN at step 250 in run exp1 (2026-05-28T20:27:10Z)"
+        "- FIRING loss\\_not\\_finite: train/loss\\_scale = NaN at step 250 in run exp1 "
+        "(2026-05-28T20:27:10Z)"
     }
 
 
