@@ -6,7 +6,7 @@ import re
 import signal
 from typing import ClassVar, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from alertd.config_types import Duration, Strict
 
@@ -20,7 +20,15 @@ class LogConfig(Strict):
 
 
 class WebhookConfig(Strict):
-    """POSTs each notification to `url` in the chat service's own format."""
+    """POSTs each notification to `url` in the chat service's own format.
+
+    `url`, `secret` and the `headers` values are secrets: never logged, never in an error message.
+    `secret` signs Feishu and DingTalk requests; `chat_id` is Telegram's target chat; `max_alerts` caps the
+    alerts per message (0: all); `external_url` is alertd's own address for links (Alertmanager's
+    `externalURL`/`generatorURL`); `msgtype` picks DingTalk's and WeCom's message type.
+    """
+
+    model_config = ConfigDict(**Strict.model_config, hide_input_in_errors=True)
 
     type: Literal["webhook"]
     format: WebhookFormat = "generic"
@@ -30,6 +38,23 @@ class WebhookConfig(Strict):
     headers: dict[str, SecretStr] = Field(default_factory=dict)
     timeout: Duration = 10.0
     max_alerts: int = Field(default=0, ge=0)
+    external_url: str = ""
+    msgtype: Literal["markdown", "text"] = "markdown"
+
+    @model_validator(mode="after")
+    def _check_format_options(self) -> WebhookConfig:
+        url = self.url.get_secret_value()
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("url must start with http:// or https://")
+        if self.timeout <= 0:
+            raise ValueError("timeout must be more than 0s")
+        if self.format == "telegram" and not self.chat_id:
+            raise ValueError("format telegram needs chat_id")
+        if self.secret is not None and self.format not in ("feishu", "dingtalk"):
+            raise ValueError(f"secret is only used by formats feishu and dingtalk, not {self.format}")
+        if self.msgtype != "markdown" and self.format not in ("dingtalk", "wecom"):
+            raise ValueError(f"msgtype is only used by formats dingtalk and wecom, not {self.format}")
+        return self
 
 
 class EmailConfig(Strict):

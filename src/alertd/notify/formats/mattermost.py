@@ -1,0 +1,46 @@
+"""`mattermost`: a Mattermost incoming webhook, `{"text": markdown}`.
+
+Mattermost answers 200 `ok`; errors come as 4xx with a JSON body `{"id", "message", "status_code"}`.
+"""
+
+from __future__ import annotations
+
+from alertd.model import Notification
+from alertd.notify.formats.common import (
+    JSON,
+    Format,
+    Options,
+    Reply,
+    check_http,
+    fit_lines,
+    shown_alerts,
+    snippet,
+)
+from alertd.notify.render import alert_line, title
+
+TEXT_LIMIT = 16383
+"""Mattermost's default maximum post size (characters)."""
+
+_MD_SPECIAL = "\\`*_~[]"
+
+
+def escape(text: str) -> str:
+    """Backslash-escape Markdown control characters so metric names like `train_loss` show as written."""
+    return "".join("\\" + c if c in _MD_SPECIAL else c for c in text)
+
+
+def build(n: Notification, opts: Options) -> JSON:
+    """The Mattermost message for `n`: a bold title and one list item per alert."""
+    shown, omitted = shown_alerts(n, opts)
+    lines = [f"- {escape(alert_line(t))}" for t in shown]
+    return {"text": fit_lines(f"#### {escape(title(n))}", lines, TEXT_LIMIT, omitted=omitted)}
+
+
+def check(reply: Reply) -> None:
+    """Any 2xx is delivered; an error's JSON `message` is quoted."""
+    body = reply.json()
+    detail = str(body.get("message", "")) if isinstance(body, dict) else reply.text
+    check_http(reply, "Mattermost", snippet(detail))
+
+
+FORMAT = Format(name="mattermost", build=build, check=check)

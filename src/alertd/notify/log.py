@@ -1,0 +1,42 @@
+"""The log notifier: one line per notification on stdout, for a terminal or a container log."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from alertd.errors import NotifyError
+from alertd.model import Notification
+from alertd.notify.config import LogConfig
+from alertd.notify.render import alert_line, title
+
+
+def log_line(n: Notification) -> str:
+    """`alertd notify receiver=console status=firing [FIRING:1] rule ... | FIRING rule: ...`, one line."""
+    parts = [title(n), *(alert_line(a) for a in n.alerts)]
+    text = " | ".join(parts)
+    return re.sub(
+        r"[\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]+",
+        " ",
+        f"alertd notify receiver={n.receiver} status={n.status} {text}",
+    )
+
+
+class LogNotifier:
+    """Prints each notification as one physical line on stdout and flushes it."""
+
+    def __init__(self, name: str, cfg: LogConfig) -> None:
+        self.name = name
+        self._cfg = cfg
+
+    async def send(self, notification: Notification) -> None:
+        """Print the notification's line; a closed or broken stdout is a recoverable failure."""
+        try:
+            print(log_line(notification), file=sys.stdout, flush=True)
+        except (OSError, ValueError) as e:
+            raise NotifyError(
+                f"log notifier {self.name}: cannot write to stdout: {e}", recoverable=True
+            ) from None
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
