@@ -32,13 +32,18 @@ from alertd.logs import setup_logging
 from alertd.model import Sample, SeriesKey, Transition, TransitionKind, make_labels
 from alertd.notify.base import Notifier
 from alertd.notify.registry import build_notifier
+from alertd.persist import StateStore, rule_fingerprint
 from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
+from alertd.rules.state import Track, next_event
 from alertd.sources.base import Source
+from alertd.sources.config import SourceConfig
 from alertd.sources.registry import build_source
 
 log = logging.getLogger("alertd")
 
 SOURCE_UP = "alertd.source.up"
+SAVE_EVERY = 10.0
+"""Seconds between two saves of the alert states and source cursors (and on every clean stop)."""
 BACKOFF_MAX = 300.0
 
 
@@ -92,6 +97,7 @@ class Service:
         self.notifiers: dict[str, Notifier] = {}
         self.outbox = Outbox(self.state_dir)
         self.silences = SilenceStore(self.state_dir)
+        self.store = StateStore(self.state_dir)
         self.dispatcher: Dispatcher | None = None
         self.scheduler: AsyncIOScheduler | None = None
         self.ready = False
@@ -113,6 +119,104 @@ class Service:
             notifiers=self.notifiers,
             inhibit_rules=[r.to_rule() for r in config.inhibit_rules],
             silences=self.silences,
+        )
+        self._restore()
+
+    def _restore(self) -> None:
+        """Take up the alert states and source cursors saved by the previous run."""
+        rules = self.engine.ruleset.by_name
+        tracks = self.store.load_tracks(_rule_fps(self.engine.ruleset))
+        timers = {}
+        for pair, tr in tracks.items():
+            due = next_event(rules[pair[0]], tr, None)
+            if due is not None:
+                timers[pair] = due
+        self.engine.state = EvalState(tracks, timers, 0, frozenset(rules))
+        cursors = self.store.load_cursors()
+        for name, source in self.sources.items():
+            saved = cursors.get(name)
+            restore = getattr(source, "restore", None)
+            if saved and restore is not None and saved[0] == _config_fp(self.config.sources, name):
+                restore(saved[1])
+        if tracks or cursors:
+            log.info("state restored: %d alert states, %d source cursors", len(tracks), len(cursors))
+
+    def save_state(self) -> None:
+        """Write the alert states and source cursors to the state directory."""
+        cursors = {}
+        for name, source in self.sources.items():
+            cursor = getattr(source, "cursor", None)
+            if cursor is not None:
+                cursors[name] = (_config_fp(self.config.sources, name) or "", cursor())
+        self.store.save(self.engine.state.tracks, _rule_fps(self.engine.ruleset), cursors, self.clock.now())
+
+    def reload(self) -> list[str]:
+        """Load the rules files again. On an error, say what is wrong and keep the running rules."""
+        try:
+            config = load_config(self.paths)
+        except ConfigError as exc:
+            errors = [str(p) for p in exc.problems]
+            log.error("reload refused, the running rules stay: %s", "; ".join(errors))
+            return errors
+        old = self.engine
+        ruleset = RuleSet(config.rules)
+        old_fps, new_fps = _rule_fps(old.ruleset), _rule_fps(ruleset)
+        kept = {name for name, fp in new_fps.items() if old_fps.get(name) == fp}
+        tracks = {p: t for p, t in old.state.tracks.items() if p[0] in kept}
+        timers = {p: t for p, t in old.state.timers.items() if p[0] in kept}
+        for series in old.buffer:  # New and changed rules start from now, not from the buffered past.
+            for rule in ruleset.for_series(series.key):
+                if rule.name not in kept:
+                    tr = tracks[(rule.name, series.key)] = Track()
+                    tr.generation, tr.position = series.generation, series.end
+        old.buffer.limits = config.buffer
+        self.engine = Engine(config, old.buffer, ruleset, EvalState(tracks, timers, old.state.version, frozenset(kept)))
+        self._reconfigure(old.config, config)
+        log.info("rules reloaded: %d rules (%d unchanged)", len(config.rules), len(kept))
+        return []
+
+    def _reconfigure(self, old: Config, new: Config) -> None:
+        for cfg in old.sources:
+            if _config_fp(new.sources, cfg.name) != _config_fp(old.sources, cfg.name):
+                self._drop_source(cfg.name)
+        for cfg in new.sources:
+            if cfg.name not in self.sources:
+                self.sources[cfg.name] = build_source(cfg)
+                self.health[cfg.name] = SourceHealth()
+                self._schedule_source(cfg.name)
+        for name, ncfg in new.notifiers.items():
+            if name not in self.notifiers or old.notifiers.get(name) != ncfg:
+                if name in self.notifiers:
+                    asyncio.ensure_future(_quietly(self.notifiers[name].aclose()))
+                self.notifiers[name] = self._notifier(name, ncfg)
+        for name in set(self.notifiers) - set(new.notifiers):
+            asyncio.ensure_future(_quietly(self.notifiers.pop(name).aclose()))
+        assert self.dispatcher is not None
+        self.dispatcher.reconfigure(
+            route=new.route.to_route(), inhibit_rules=[r.to_rule() for r in new.inhibit_rules], notifiers=self.notifiers
+        )
+
+    def _drop_source(self, name: str) -> None:
+        source = self.sources.pop(name, None)
+        self.health.pop(name, None)
+        if self.scheduler is not None and self.scheduler.get_job(f"source:{name}"):
+            self.scheduler.remove_job(f"source:{name}")
+        if source is not None:
+            asyncio.ensure_future(_quietly(source.aclose()))
+
+    def _schedule_source(self, name: str) -> None:
+        if self.scheduler is None:
+            return
+        self.scheduler.add_job(
+            self.poll_source,
+            "interval",
+            args=[name],
+            seconds=self.sources[name].interval,
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+            id=f"source:{name}",
+            next_run_time=datetime.now(UTC),
         )
 
     def _notifier(self, name: str, cfg: object) -> Notifier:
@@ -244,7 +348,7 @@ class Service:
             misfire_grace_time=None,
             id="tick",
         )
-        scheduler.add_job(self._housekeeping, "interval", seconds=60, id="housekeeping")
+        scheduler.add_job(self._housekeeping, "interval", seconds=SAVE_EVERY, id="housekeeping")
         for name, notifier in self.notifiers.items():
             resend = getattr(notifier, "resend", None)
             if resend is not None:
@@ -267,6 +371,7 @@ class Service:
         self.engine.buffer.evict_all(now)
         if self.dispatcher is not None:
             self.dispatcher.prune(now)
+        self.save_state()
 
     async def _resend(self, name: str) -> None:
         try:
@@ -291,6 +396,8 @@ class Service:
             await _quietly(source.aclose())
         for notifier in self.notifiers.values():
             await _quietly(notifier.aclose())
+        self.save_state()
+        self.store.close()
         self.outbox.close()
         log.info("alertd stopped")
 
@@ -300,6 +407,15 @@ async def _quietly(coro: object) -> None:
         await coro  # type: ignore[misc]
     except Exception as exc:
         log.warning("while closing: %s", exc)
+
+
+def _rule_fps(ruleset: RuleSet) -> dict[str, str]:
+    return {r.name: rule_fingerprint(repr(r)) for r in ruleset.rules}
+
+
+def _config_fp(sources: Sequence[SourceConfig], name: str) -> str | None:
+    cfg = next((s for s in sources if s.name == name), None)
+    return None if cfg is None else rule_fingerprint(cfg.model_dump_json())
 
 
 def _log_transition(t: Transition) -> None:
@@ -335,5 +451,6 @@ async def _main(service: Service, listen: str | None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, service.stop)
+    loop.add_signal_handler(signal.SIGHUP, service.reload)
     await service.run()
     return 0

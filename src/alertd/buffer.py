@@ -30,6 +30,10 @@ NO_STEP = -(2**63)
 FINISHED_METRIC = "run.finished"
 """A sample of this metric with value 1 marks its run (same `source` and `run` labels) as finished."""
 
+WRITER_LABELS = frozenset({"pid", "host"})
+"""Labels naming the process that wrote a series. A trainer restarted from a checkpoint writes the same
+series under a new pid: the old series is then superseded, not stalled."""
+
 
 @dataclass(frozen=True, slots=True)
 class BufferLimits:
@@ -134,6 +138,8 @@ class SeriesBuffer:
         self.limits = limits or BufferLimits()
         self._series: dict[SeriesKey, Series] = {}
         self._finished: dict[tuple[str | None, str | None], float] = {}
+        self._lineage: dict[SeriesKey, list[SeriesKey]] = {}
+        self._superseded: dict[SeriesKey, float] = {}
         self.version = 0
         self._changed: dict[SeriesKey, int] = {}
 
@@ -160,6 +166,7 @@ class SeriesBuffer:
                 series = series_map.get(key)
                 if series is None:
                     series = series_map[key] = Series(key)
+                    self._note_writer(key, sample.time)
                 touched[key] = series
             restart = series.append(sample.time, sample.step, sample.value)
             if restart is not None:
@@ -179,9 +186,24 @@ class SeriesBuffer:
         run = (key.label("source"), key.label("run"))
         self._finished[run] = min(time, self._finished.get(run, math.inf))
 
+    def _note_writer(self, key: SeriesKey, time: float) -> None:
+        if not any(k in WRITER_LABELS for k, _ in key.labels):
+            return
+        lineage = SeriesKey(key.metric, tuple(kv for kv in key.labels if kv[0] not in WRITER_LABELS))
+        for older in self._lineage.setdefault(lineage, []):
+            last = self._series[older].last_time()
+            if last is not None and last < time and older not in self._superseded:
+                self._superseded[older] = time
+        self._lineage[lineage].append(key)
+
     def finished_at(self, key: SeriesKey) -> float | None:
-        """When the run of `key` (same source and run labels) was marked finished, if it was."""
-        return self._finished.get((key.label("source"), key.label("run")))
+        """When the series stopped for a known reason: its run was marked finished (same source and run
+        labels), or another process took over writing it (same labels but `pid`/`host`)."""
+        done = self._finished.get((key.label("source"), key.label("run")))
+        superseded = self._superseded.get(key)
+        if done is None or superseded is None:
+            return done if superseded is None else superseded
+        return min(done, superseded)
 
     def changed_since(self, version: int) -> list[Series]:
         """The series appended to after buffer version `version`, most recently changed first."""

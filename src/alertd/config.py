@@ -112,7 +112,10 @@ def _condition_from_mapping(value: Mapping[str, Any]) -> Condition:
     if kind == "spike":
         return SpikeSpec.model_validate(spec).build()
     if kind == "absent":
-        return Absent(parse_duration(spec))
+        seconds = parse_duration(spec)
+        if seconds <= 0:
+            raise ValueError("absent needs a duration above zero, such as 10m")
+        return Absent(seconds)
     if kind in ("increasing", "decreasing"):
         return Trend(kind, TrendSpec.model_validate(spec or {}).min_delta)  # type: ignore[arg-type]
     if kind == "nonfinite":

@@ -126,9 +126,20 @@ def test_absent_stops_once_the_run_is_known_finished() -> None:
     assert table([r], data, until=1000) == []
 
 
-def test_a_run_finished_after_the_stall_still_was_stalled() -> None:
+def test_a_run_finished_after_a_stall_was_stalled_until_then() -> None:
     r = rule("{name: gone, metric: loss, condition: {absent: 60s}}")
     key = series(run="r1", source="wb")
     done = series("run.finished", run="r1", source="wb")
     data = samples(key, [1, 2]) + samples(done, [1.0], start=500)
-    assert table([r], data, until=1000) == [(70.0, "gone", "firing")]
+    assert table([r], data, until=1000) == [(70.0, "gone", "firing"), (500.0, "gone", "resolved")]
+
+
+def test_a_trainer_restarted_under_a_new_pid_is_not_stalled() -> None:
+    # TensorBoard names the writer's host and pid: after a restart from a checkpoint the same metric
+    # arrives under a new pid. The old series is superseded, not absent.
+    r = rule("{name: gone, metric: loss, condition: {absent: 60s}}")
+    old = series(run="r1", pid="100", host="n1")
+    new = series(run="r1", pid="200", host="n1")
+    data = samples(old, [1, 2, 3]) + samples(new, [2.5, 2.4, 2.3, 2.2, 2.1, 2.0, 1.9, 1.8], start=40)
+    assert table([r], data, until=150) == []
+    assert table([r], data, until=200) == [(170.0, "gone", "firing")]  # The new writer stopped too.

@@ -157,7 +157,7 @@ class _Run:
             t = times[i]
             if absent is not None or tr.state is not inactive:
                 advance(rule, tr, t, finished_at, emit, inclusive=False)
-            tr.value, tr.step, tr.time, tr.last_time = values[i], series.step_at(i), t, t
+            tr.value, tr.step, tr.time, tr.last_time, tr.clock = values[i], series.step_at(i), t, t, t
             tr.streak = tr.streak + 1 if cond.check(series, i) else 0
             if tr.cond or tr.streak >= need:
                 set_condition(rule, tr, tr.streak >= need, t, emit)

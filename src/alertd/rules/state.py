@@ -26,6 +26,7 @@ class Track:
     __slots__ = (
         "active_at",
         "annotations",
+        "clock",
         "cond",
         "fired_at",
         "generation",
@@ -44,6 +45,7 @@ class Track:
         self.position = 0
         self.streak = 0
         self.cond = False
+        self.clock = -math.inf
         self.state = AlertState.INACTIVE
         self.active_at = 0.0
         self.fired_at: float | None = None
@@ -58,6 +60,7 @@ class Track:
         """A shallow copy to change without touching the previous evaluation's state."""
         new = Track.__new__(Track)
         new.generation, new.position, new.streak, new.cond = self.generation, self.position, self.streak, self.cond
+        new.clock = self.clock
         new.state, new.active_at, new.fired_at = self.state, self.active_at, self.fired_at
         new.keep_since, new.last_time, new.value = self.keep_since, self.last_time, self.value
         new.step, new.time, new.annotations = self.step, self.time, self.annotations
@@ -68,10 +71,13 @@ def next_event(rule: Rule, tr: Track, finished_at: float | None) -> float | None
     """When the next time-based change of this pair is due, if any."""
     due = math.inf
     absent = rule.absent
-    if absent is not None and not tr.cond and tr.last_time is not None:
-        onset = tr.last_time + absent.seconds
-        if finished_at is None or finished_at > onset:
-            due = onset
+    if absent is not None and tr.last_time is not None:
+        if not tr.cond:
+            onset = tr.last_time + absent.seconds
+            if onset > tr.clock and (finished_at is None or finished_at > onset):
+                due = onset
+        elif finished_at is not None:
+            due = max(finished_at, tr.active_at)  # An absence ends once the run is known finished or taken over.
     if tr.state is AlertState.PENDING and tr.cond:
         due = min(due, tr.active_at + rule.hold)
     if tr.state is AlertState.FIRING and tr.keep_since is not None:
@@ -85,12 +91,13 @@ def advance(rule: Rule, tr: Track, until: float, finished_at: float | None, emit
         due = next_event(rule, tr, finished_at)
         if due is None or due > until or (due == until and not inclusive):
             return
+        tr.clock = due
         if tr.state is AlertState.FIRING and tr.keep_since is not None and due == tr.keep_since + rule.keep_firing_for:
             _resolve(tr, due, emit)
         elif tr.state is AlertState.PENDING and tr.cond and due == tr.active_at + rule.hold:
             _fire(tr, due, emit)
         else:
-            set_condition(rule, tr, True, due, emit)
+            set_condition(rule, tr, not tr.cond, due, emit)
 
 
 def set_condition(rule: Rule, tr: Track, cond: bool, t: float, emit: Emit) -> None:

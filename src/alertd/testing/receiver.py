@@ -1,0 +1,80 @@
+"""A real HTTP receiver on 127.0.0.1 that records every POST and answers as scripted.
+
+For tests and benchmarks of webhooks: `Receiver().url` is a URL to point a notifier at.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (yet)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Recorder:
+    """What the receiver answers next, and what it got."""
+
+    responses: list[tuple[int, dict[str, str]]] = field(default_factory=list)
+    """Scripted answers, used first-in first-out; 200 once they run out."""
+    received: list[tuple[str, int]] = field(default_factory=list)
+    """(idempotency key, status answered) of every request."""
+    bodies: list[dict[str, object]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def delivered(self) -> Counter[str]:
+        """Requests answered 2xx, by idempotency key."""
+        with self.lock:
+            return Counter(k for k, status in self.received if 200 <= status < 300)
+
+    def requests(self) -> int:
+        """How many requests arrived."""
+        with self.lock:
+            return len(self.received)
+
+
+class Receiver:
+    """A threaded HTTP server on 127.0.0.1 that records each POST and answers as scripted."""
+
+    def __init__(self, port: int = 0, recorder: Recorder | None = None) -> None:
+        self.recorder = recorder or Recorder()
+        rec = self.recorder
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                key = self.headers.get("Idempotency-Key", "")
+                with rec.lock:
+                    status, headers = rec.responses.pop(0) if rec.responses else (200, {})
+                    rec.received.append((key, status))
+                    if 200 <= status < 300:
+                        rec.bodies.append(json.loads(body))
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.port = int(self.server.server_address[1])
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop listening: later requests get connection refused."""
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join()
