@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -25,11 +27,12 @@ from alertd.buffer import SeriesBuffer
 from alertd.clock import Clock, SystemClock
 from alertd.config import Config, load_config
 from alertd.dispatch.dispatcher import Dispatcher
+from alertd.dispatch.matchers import alert_label_map
 from alertd.dispatch.outbox import Outbox, state_dir
 from alertd.dispatch.silences import SilenceStore
 from alertd.errors import ConfigError, SourceError
 from alertd.logs import setup_logging
-from alertd.model import Sample, SeriesKey, Transition, TransitionKind, make_labels
+from alertd.model import Alert, AlertState, Notification, Sample, SeriesKey, Transition, TransitionKind, make_labels
 from alertd.notify.base import Notifier
 from alertd.notify.registry import build_notifier
 from alertd.persist import StateStore, rule_fingerprint
@@ -224,8 +227,52 @@ class Service:
             return build_notifier(name, cfg, report=self._kill_report)  # type: ignore[arg-type]
         return build_notifier(name, cfg)  # type: ignore[arg-type]
 
-    async def _kill_report(self, report: object) -> None:
-        log.warning("kill notifier acted", extra={"report": str(report)})
+    async def _kill_report(self, report: Any) -> None:
+        """Tell people what the kill notifier did: a notification to every other receiver the alert routes to."""
+        summary = report.summary()
+        log.warning("%s", summary, extra={"rule": report.rule, "pid": report.pid})
+        assert self.dispatcher is not None
+        alert = next(
+            (a for a in self.engine.state.alerts(self.engine.ruleset.rules) if a.fingerprint == report.fingerprint),
+            None,
+        )
+        labels = dict(alert.labels) if alert else {}
+        labels |= {"action": "kill", "notifier": report.notifier}
+        severity = alert.severity if alert else "critical"
+        now = self.clock.now()
+        t = Transition(
+            report.rule,
+            TransitionKind.FIRING,
+            now,
+            alert.step if alert else None,
+            alert.value if alert else math.nan,
+            make_labels(labels),
+            severity,
+            (("summary", summary),),
+            now,
+        )
+        routes = self.dispatcher.route.match(alert_label_map(report.rule, t.labels, severity))
+        receivers = {
+            r
+            for route in routes
+            for r in route.receivers
+            if getattr(self.config.notifiers.get(r), "type", None) not in ("kill", "stop_file")
+        }
+        stamp = "-".join(f"{s.name}{s.time:.3f}" for s in report.signals) or ("refused" if report.refused else "dry")
+        notes = [
+            Notification(
+                r,
+                f"kill:{report.fingerprint}",
+                (),
+                "firing",
+                (t,),
+                f"kill:{report.fingerprint}:{report.notifier}:{stamp}:{r}",
+                now,
+            )
+            for r in sorted(receivers)
+        ]
+        self.dispatcher.outbox.commit_plan(notes, {})
+        self._wake.set()
 
     # -- polling and evaluation ------------------------------------------------------------------
 
@@ -293,9 +340,15 @@ class Service:
         self._submit(ev.transitions, now)
 
     def _submit(self, transitions: Sequence[Transition], now: float) -> None:
+        """Hand transitions to the dispatcher. An alert that fired and resolved within one batch (a NaN
+        followed by finite values in one poll) is still notified as firing: it is submitted in two phases."""
         assert self.dispatcher is not None
         alerts = {a.fingerprint: a for a in self.engine.state.alerts(self.engine.ruleset.rules)}
-        self.dispatcher.submit(transitions, alerts, now)
+        phases = _phases(transitions)
+        for phase in phases[:-1]:
+            fired = {t.fingerprint: _alert_of(t) for t in phase if t.state is TransitionKind.FIRING}
+            self.dispatcher.submit(phase, fired | alerts, now)
+        self.dispatcher.submit(phases[-1], alerts, now)
         self._wake.set()
 
     async def tick(self) -> None:
@@ -407,6 +460,27 @@ async def _quietly(coro: object) -> None:
         await coro  # type: ignore[misc]
     except Exception as exc:
         log.warning("while closing: %s", exc)
+
+
+def _phases(transitions: Sequence[Transition]) -> list[list[Transition]]:
+    """Cut the transitions before each resolution of an alert that fired earlier in the same list."""
+    phases: list[list[Transition]] = [[]]
+    fired: set[str] = set()
+    for t in transitions:
+        if t.state is TransitionKind.RESOLVED and t.fingerprint in fired:
+            phases.append([])
+            fired = set()
+        if t.state is TransitionKind.FIRING:
+            fired.add(t.fingerprint)
+        phases[-1].append(t)
+    return phases
+
+
+def _alert_of(t: Transition) -> Alert:
+    active = t.active_at if t.active_at is not None else t.time
+    return Alert(
+        t.rule, AlertState.FIRING, t.labels, t.severity, t.value, t.step, t.time, active, t.time, t.annotations
+    )
 
 
 def _rule_fps(ruleset: RuleSet) -> dict[str, str]:

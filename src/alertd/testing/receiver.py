@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +30,8 @@ class Recorder:
     received: list[tuple[str, int]] = field(default_factory=list)
     """(idempotency key, status answered) of every request."""
     bodies: list[dict[str, object]] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)
+    """time.monotonic() at which each of `bodies` arrived."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def delivered(self) -> Counter[str]:
@@ -58,6 +61,7 @@ class Receiver:
                     rec.received.append((key, status))
                     if 200 <= status < 300:
                         rec.bodies.append(json.loads(body))
+                        rec.arrivals.append(time.monotonic())
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
