@@ -107,9 +107,7 @@ def test_probes_ask_health_and_readiness_on_the_listen_port() -> None:
 
 def test_secrets_come_from_the_example_secret_by_key() -> None:
     (secret,) = load_docs(K8S / "secret.example.yaml")
-    refs = {
-        name: e["valueFrom"]["secretKeyRef"] for name, e in _env(sidecar()).items() if "valueFrom" in e
-    }
+    refs = {name: e["valueFrom"]["secretKeyRef"] for name, e in _env(sidecar()).items() if "valueFrom" in e}
     assert set(refs) == {"ALERTD_SLACK_URL", "ALERTD_API_TOKEN", "WANDB_API_KEY"}
     for ref in refs.values():
         assert ref["name"] == secret["metadata"]["name"]
