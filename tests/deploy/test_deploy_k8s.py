@@ -26,7 +26,7 @@ def _kv() -> Any:
     try:
         import kubernetes_validate
     except ImportError:
-        pytest.fail("kubernetes-validate is not installed: pip install 'kubernetes-validate>=1.30' (test extra)")
+        pytest.fail("kubernetes-validate is not installed: pip install 'kubernetes-validate>=1.33' (test extra)")
     return kubernetes_validate
 
 
