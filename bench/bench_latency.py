@@ -59,7 +59,7 @@ def start_alertd(work: Path, url: str) -> subprocess.Popen[bytes]:
     rules = work / "rules.yaml"
     rules.write_text(RULES.format(logdir=work / "runs", interval=INTERVAL, url=url))
     cmd = [sys.executable, "-m", "alertd", "--rules", str(rules), "--state-dir", str(work / "state")]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(work / "alertd.log", "wb"))  # noqa: SIM115
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(work / "alertd.log", "wb"))
 
 
 def webhook_latency(work: Path, receiver: Receiver) -> list[float]:
@@ -88,8 +88,13 @@ def kill_latency(work: Path) -> list[float]:
     out = []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     for i in range(KILL_TRIALS):
-        trainer = subprocess.Popen([sys.executable, "-c", TRAINER, str(work / "runs" / f"kill{i}")], env=env,
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        trainer = subprocess.Popen(
+            [sys.executable, "-c", TRAINER, str(work / "runs" / f"kill{i}")],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert trainer.stdout is not None and trainer.stdin is not None
         assert trainer.stdout.readline().strip() == "ready"
         time.sleep(3 * INTERVAL + random.uniform(0, INTERVAL))
@@ -105,8 +110,10 @@ def report(what: str, values: list[float]) -> None:
     values = sorted(values)
     p95 = values[min(len(values) - 1, math.ceil(0.95 * len(values)) - 1)]
     med = statistics.median(values)
-    print(f"detection latency, NaN written -> {what}: median {med:.2f} s, p95 {p95:.2f} s over {len(values)} trials "
-          f"(poll interval {INTERVAL:g} s; median = {med / INTERVAL:.2f} x interval, target <= 1.5 x)")
+    print(
+        f"detection latency, NaN written -> {what}: median {med:.2f} s, p95 {p95:.2f} s over {len(values)} trials "
+        f"(poll interval {INTERVAL:g} s; median = {med / INTERVAL:.2f} x interval, target <= 1.5 x)"
+    )
 
 
 def main() -> None:

@@ -37,9 +37,7 @@ TAGS = ("train/loss", "train/grad_norm", "train/lr", "train/tokens_per_second")
 
 def event(step: int) -> event_pb2.Event:
     """One event holding four scalars, as a trainer logs them."""
-    values = [
-        summary_pb2.Summary.Value(tag=tag, simple_value=1.0 / (step + 1) + i) for i, tag in enumerate(TAGS)
-    ]
+    values = [summary_pb2.Summary.Value(tag=tag, simple_value=1.0 / (step + 1) + i) for i, tag in enumerate(TAGS)]
     return event_pb2.Event(wall_time=1.7e9 + step * 0.1, step=step, summary=summary_pb2.Summary(value=values))
 
 

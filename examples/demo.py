@@ -35,7 +35,9 @@ def main() -> int:
         for line in alertd.stdout:
             print(f"  [alertd] {line.rstrip()}", flush=True)
             if "notify receiver=console status=firing" in line and "loss_not_finite" in line:
-                print(f"\n>>> alerted {time.monotonic() - nan_written[0]:.1f} s after the NaN was written\n", flush=True)
+                print(
+                    f"\n>>> alerted {time.monotonic() - nan_written[0]:.1f} s after the NaN was written\n", flush=True
+                )
                 seen.set()
 
     threading.Thread(target=relay, daemon=True).start()

@@ -106,6 +106,7 @@ class Service:
         self.ready = False
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
+        self._closing: set[asyncio.Task[None]] = set()
 
     @property
     def config(self) -> Config:
@@ -190,10 +191,10 @@ class Service:
         for name, ncfg in new.notifiers.items():
             if name not in self.notifiers or old.notifiers.get(name) != ncfg:
                 if name in self.notifiers:
-                    asyncio.ensure_future(_quietly(self.notifiers[name].aclose()))
+                    self._close_later(self.notifiers[name])
                 self.notifiers[name] = self._notifier(name, ncfg)
         for name in set(self.notifiers) - set(new.notifiers):
-            asyncio.ensure_future(_quietly(self.notifiers.pop(name).aclose()))
+            self._close_later(self.notifiers.pop(name))
         assert self.dispatcher is not None
         self.dispatcher.reconfigure(
             route=new.route.to_route(), inhibit_rules=[r.to_rule() for r in new.inhibit_rules], notifiers=self.notifiers
@@ -205,7 +206,13 @@ class Service:
         if self.scheduler is not None and self.scheduler.get_job(f"source:{name}"):
             self.scheduler.remove_job(f"source:{name}")
         if source is not None:
-            asyncio.ensure_future(_quietly(source.aclose()))
+            self._close_later(source)
+
+    def _close_later(self, thing: Source | Notifier) -> None:
+        """Close a source or notifier that a reload replaced, without waiting for it here."""
+        task = asyncio.get_running_loop().create_task(_quietly(thing.aclose()))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def _schedule_source(self, name: str) -> None:
         if self.scheduler is None:

@@ -130,6 +130,7 @@ class Alert:
     active_at: float
     fired_at: float | None
     annotations: tuple[tuple[str, str], ...] = ()
+    notify: tuple[str, ...] = ()
 
     @property
     def fingerprint(self) -> str:

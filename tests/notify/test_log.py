@@ -16,9 +16,7 @@ async def test_one_line_per_notification(capsys: pytest.CaptureFixture[str]) -> 
     a = transition(run="exp1")
     b = transition(run="exp1", metric="eval/loss", value=float("inf"), step=None, summary=None)
     await notifier.send(notification(a, b, receiver="console"))
-    await notifier.send(
-        notification(transition(state=TransitionKind.RESOLVED, value=0.25), receiver="console")
-    )
+    await notifier.send(notification(transition(state=TransitionKind.RESOLVED, value=0.25), receiver="console"))
     await notifier.aclose()
 
     out = capsys.readouterr().out

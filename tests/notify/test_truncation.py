@@ -20,13 +20,8 @@ def test_lines_that_do_not_fit_are_counted() -> None:
 
 
 def test_max_alerts_omissions_are_added_to_the_note() -> None:
-    assert (
-        fit_lines("h", ["a"], 100, omitted=3)
-        == "h\na\n… and 3 more alerts (truncated to the service's limit)"
-    )
-    assert fit_lines("h", ["a"], 100, omitted=1).endswith(
-        "… and 1 more alert (truncated to the service's limit)"
-    )
+    assert fit_lines("h", ["a"], 100, omitted=3) == "h\na\n… and 3 more alerts (truncated to the service's limit)"
+    assert fit_lines("h", ["a"], 100, omitted=1).endswith("… and 1 more alert (truncated to the service's limit)")
 
 
 def test_a_single_huge_line_is_cut_not_dropped() -> None:

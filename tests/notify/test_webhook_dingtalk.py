@@ -56,9 +56,7 @@ async def test_text_message_without_secret(server: RecordingServer) -> None:
     assert req.query == "access_token=t"
     body = req.json()
     assert body["msgtype"] == "text"
-    assert body["text"]["content"].startswith(
-        "[FIRING:1] loss_not_finite (run=exp1)\nFIRING loss_not_finite:"
-    )
+    assert body["text"]["content"].startswith("[FIRING:1] loss_not_finite (run=exp1)\nFIRING loss_not_finite:")
 
 
 @pytest.mark.anyio

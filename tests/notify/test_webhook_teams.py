@@ -67,9 +67,7 @@ async def test_card_stays_under_teams_size_limit(server: RecordingServer) -> Non
 
 @pytest.mark.anyio
 async def test_logic_apps_error_is_quoted(server: RecordingServer) -> None:
-    server.answer(
-        400, {"error": {"code": "InvalidRequestContent", "message": "The request content is not valid"}}
-    )
+    server.answer(400, {"error": {"code": "InvalidRequestContent", "message": "The request content is not valid"}})
     err = await send_error(webhook(server.url(), "teams"), notification())
     assert err.recoverable is False
     assert "InvalidRequestContent" in str(err)

@@ -30,9 +30,7 @@ async def test_send_message_body(server: RecordingServer) -> None:
 @pytest.mark.anyio
 async def test_url_naming_the_method_and_a_channel_name(server: RecordingServer) -> None:
     server.answer(200, OK)
-    await send(
-        webhook(server.url(f"/bot{TOKEN}/sendMessage"), "telegram", chat_id="@mlalerts"), notification()
-    )
+    await send(webhook(server.url(f"/bot{TOKEN}/sendMessage"), "telegram", chat_id="@mlalerts"), notification())
     assert server.last.route == f"/bot{TOKEN}/sendMessage"
     assert server.last.json()["chat_id"] == "@mlalerts"
 

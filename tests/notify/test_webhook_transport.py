@@ -113,9 +113,7 @@ async def test_other_4xx_is_final(server: RecordingServer, fmt: str, status: int
 
 @pytest.mark.anyio
 @formats
-async def test_connection_refused_is_recoverable(
-    closed_port: int, fmt: str, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_connection_refused_is_recoverable(closed_port: int, fmt: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     err = await send_error(secret_webhook(f"http://127.0.0.1:{closed_port}", fmt), notification())
     assert err.recoverable is True
@@ -128,9 +126,7 @@ async def test_connection_refused_is_recoverable(
 
 @pytest.mark.anyio
 @formats
-async def test_timeout_is_recoverable(
-    server: RecordingServer, fmt: str, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_timeout_is_recoverable(server: RecordingServer, fmt: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     server.answer(*OK[fmt], delay=3.0)
     n = webhook(
@@ -150,9 +146,7 @@ async def test_timeout_is_recoverable(
 @pytest.mark.anyio
 async def test_secrets_echoed_by_the_service_are_scrubbed(server: RecordingServer) -> None:
     url = server.url(f"/robot/send?access_token={'a1b2' * 16}")
-    server.answer(
-        200, {"errcode": 300001, "errmsg": f"token {'a1b2' * 16} is not exist, sign SECsecret-0042"}
-    )
+    server.answer(200, {"errcode": 300001, "errmsg": f"token {'a1b2' * 16} is not exist, sign SECsecret-0042"})
     err = await send_error(webhook(url, "dingtalk", secret="SECsecret-0042"), notification())
     assert "a1b2a1b2" not in str(err) and "SECsecret-0042" not in str(err)
     assert "code 300001 token … is not exist, sign …" in str(err)

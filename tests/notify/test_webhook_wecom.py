@@ -22,9 +22,7 @@ async def test_markdown_message(server: RecordingServer) -> None:
     assert req.query == "key=k-0123456789"
     assert req.json() == {
         "msgtype": "markdown",
-        "markdown": {
-            "content": '### <font color="warning">[FIRING:1] loss_not_finite (run=exp1)</font>\n> ' + LINE
-        },
+        "markdown": {"content": '### <font color="warning">[FIRING:1] loss_not_finite (run=exp1)</font>\n> ' + LINE},
     }
 
 
@@ -46,12 +44,8 @@ async def test_text_message(server: RecordingServer) -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(
-    ("msgtype", "key", "limit"), [("markdown", "markdown", 4096), ("text", "text", 2048)]
-)
-async def test_content_fits_the_byte_limits(
-    server: RecordingServer, msgtype: str, key: str, limit: int
-) -> None:
+@pytest.mark.parametrize(("msgtype", "key", "limit"), [("markdown", "markdown", 4096), ("text", "text", 2048)])
+async def test_content_fits_the_byte_limits(server: RecordingServer, msgtype: str, key: str, limit: int) -> None:
     server.answer(200, OK)
     alerts = [transition(run=f"实验{i}", summary="显存不足" * 20) for i in range(50)]
     await send(webhook(server.url(), "wecom", msgtype=msgtype), notification(*alerts))

@@ -19,8 +19,18 @@ class Alertd:
         self.log_path = state.parent / f"alertd-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "alertd", "--rules", str(rules), "--state-dir", str(state), "--log-format", "json",
-             *extra],
+            [
+                sys.executable,
+                "-m",
+                "alertd",
+                "--rules",
+                str(rules),
+                "--state-dir",
+                str(state),
+                "--log-format",
+                "json",
+                *extra,
+            ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

@@ -60,7 +60,9 @@ def test_a_nan_stops_the_trainer_after_a_checkpoint_and_the_action_is_reported(t
         def report() -> list[str]:
             with receiver.recorder.lock:
                 bodies = list(receiver.recorder.bodies)
-            return [a["annotations"]["summary"] for b in bodies for a in b["alerts"] if a["labels"].get("action") == "kill"]
+            return [
+                a["annotations"]["summary"] for b in bodies for a in b["alerts"] if a["labels"].get("action") == "kill"
+            ]
 
         (summary,) = wait_for(report, "the kill report at the webhook", 40, alertd)
         assert f"pid {trainer.pid}" in summary and "sent SIGINT" in summary and "exited" in summary

@@ -22,16 +22,12 @@ LOGGER = "alertd.sources.tensorboard"
 def test_reads_all_encodings_with_labels_from_the_file_name(tmp_path: Path, kit: SimpleNamespace) -> None:
     events = []
     for i, enc in enumerate(kit.ENCODINGS):
-        events.append(
-            kit.scalar_event(i, {f"m/{enc}": 0.5, f"n/{enc}": math.nan, f"i/{enc}": -math.inf}, encoding=enc)
-        )
+        events.append(kit.scalar_event(i, {f"m/{enc}": 0.5, f"n/{enc}": math.nan, f"i/{enc}": -math.inf}, encoding=enc))
     path = kit.write_events(tmp_path, events)
     samples = kit.make_source(tmp_path, name="tb1").read_new()
     assert len(samples) == 3 * len(kit.ENCODINGS)
     labels = {s.series.labels for s in samples}
-    assert labels == {
-        (("host", socket.gethostname()), ("pid", str(os.getpid())), ("run", "."), ("source", "tb1"))
-    }
+    assert labels == {(("host", socket.gethostname()), ("pid", str(os.getpid())), ("run", "."), ("source", "tb1"))}
     by_metric = {s.series.metric: s for s in samples}
     for i, enc in enumerate(kit.ENCODINGS):
         assert by_metric[f"m/{enc}"].value == 0.5
@@ -182,9 +178,7 @@ def test_add_scalars_sub_runs_torch_and_tensorboardx_layouts(tmp_path: Path, kit
     # torch SummaryWriter.add_scalars("grp/a", {"train": 1, "val": 2}, 7): one writer per key under
     # logdir/<main_tag with "/" -> "_">_<key>, each writing the tag main_tag.
     for key, value in {"train": 1.0, "val": 2.0}.items():
-        kit.write_events(
-            tmp_path / f"{'grp/a'.replace('/', '_')}_{key}", [kit.scalar_event(7, {"grp/a": value})]
-        )
+        kit.write_events(tmp_path / f"{'grp/a'.replace('/', '_')}_{key}", [kit.scalar_event(7, {"grp/a": value})])
     # tensorboardX add_scalars: os.path.join(logdir, main_tag, key), same tag.
     kit.write_events(tmp_path / "x" / "grp" / "a" / "train", [kit.scalar_event(7, {"grp/a": 3.0})])
     got = sorted(kit.view(kit.make_source(tmp_path).read_new()))
@@ -215,9 +209,7 @@ def test_session_log_start_is_recorded_and_logged(
     assert any("SessionLog.START at step 1" in r.getMessage() for r in caplog.records)
 
 
-def test_logdir_missing_then_appears(
-    tmp_path: Path, kit: SimpleNamespace, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_logdir_missing_then_appears(tmp_path: Path, kit: SimpleNamespace, caplog: pytest.LogCaptureFixture) -> None:
     logdir = tmp_path / "later"
     src = kit.make_source(logdir)
     with caplog.at_level(logging.INFO, logger=LOGGER):
@@ -277,9 +269,7 @@ def test_file_version_record_alone_gives_nothing(tmp_path: Path, kit: SimpleName
     writer.close()
     src = kit.make_source(tmp_path)
     assert src.read_new() == []
-    assert event_pb2.Event.FromString(
-        kit.split_records(next(tmp_path.iterdir()).read_bytes())[0][12:-4]
-    ).file_version
+    assert event_pb2.Event.FromString(kit.split_records(next(tmp_path.iterdir()).read_bytes())[0][12:-4]).file_version
 
 
 def test_backlog_larger_than_one_read_is_read_in_one_poll(

@@ -73,30 +73,20 @@ def test_non_scalar_summaries_are_ignored() -> None:
         tensor=tensor_pb2.TensorProto(
             dtype=types_pb2.DT_FLOAT,
             float_val=[1.0, 2.0],
-            tensor_shape=tensor_shape_pb2.TensorShapeProto(
-                dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=2)]
-            ),
+            tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=2)]),
         ),
     )
     keep = summary_pb2.Summary.Value(tag="loss", simple_value=0.5)
-    ev = event_pb2.Event(
-        step=3, wall_time=5.0, summary=summary_pb2.Summary(value=[text, histo, image, vector, keep])
-    )
+    ev = event_pb2.Event(step=3, wall_time=5.0, summary=summary_pb2.Summary(value=[text, histo, image, vector, keep]))
     out, _, _ = _decode([ev.SerializeToString()])
     assert [(s.series.metric, s.value) for s in out] == [("loss", 0.5)]
 
 
 def test_metadata_only_on_the_first_event_of_a_tag_still_decides() -> None:
-    first = summary_pb2.Summary.Value(
-        tag="t", tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[1.0])
-    )
+    first = summary_pb2.Summary.Value(tag="t", tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[1.0]))
     first.metadata.plugin_data.plugin_name = "custom_plugin"
-    later = summary_pb2.Summary.Value(
-        tag="t", tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[2.0])
-    )
-    evs = [
-        event_pb2.Event(step=i, summary=summary_pb2.Summary(value=[v])) for i, v in enumerate([first, later])
-    ]
+    later = summary_pb2.Summary.Value(tag="t", tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[2.0]))
+    evs = [event_pb2.Event(step=i, summary=summary_pb2.Summary(value=[v])) for i, v in enumerate([first, later])]
     out, _, _ = _decode([e.SerializeToString() for e in evs])
     assert out == []
 
@@ -104,9 +94,7 @@ def test_metadata_only_on_the_first_event_of_a_tag_still_decides() -> None:
 def test_session_start_and_file_version_events() -> None:
     evs = [
         event_pb2.Event(wall_time=1.0, file_version="brain.Event:2"),
-        event_pb2.Event(
-            step=40, wall_time=2.0, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)
-        ),
+        event_pb2.Event(step=40, wall_time=2.0, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)),
     ]
     out, starts, bad = _decode([e.SerializeToString() for e in evs])
     assert out == [] and starts == [(40, 2.0)] and bad == 0

@@ -182,7 +182,7 @@ def _resolved_now(t: Transition, now: float) -> Transition:
 
 def transition_of(alert: Alert) -> Transition:
     """The firing transition standing for a firing alert the planner has not seen fire (a restart)."""
-    notify: tuple[str, ...] = tuple(getattr(alert, "notify", ()) or ())
+    notify = alert.notify
     return Transition(
         rule=alert.rule,
         state=TransitionKind.FIRING,

@@ -48,6 +48,7 @@ class EvalState:
                     active_at=tr.active_at,
                     fired_at=tr.fired_at,
                     annotations=tr.annotations,
+                    notify=rule.notify,
                 )
             )
         out.sort(key=lambda a: (a.rule, a.labels))

@@ -1,0 +1,81 @@
+"""Write examples/default_run.jsonl: one recorded training run on which every default rule fires once.
+
+    python examples/make_default_run.py
+    alertd dry-run --rules rules/default.yaml --source samples:examples/default_run.jsonl
+
+The story (one training step every 10 s, GPU readings every 10 s, t = seconds after 2026-05-29T00:00Z):
+- train/grad_norm jumps to 150 at step 200 (grad_norm_exploding), and is NaN at step 420 (grad_norm_not_finite);
+- train/loss jumps to 2.5x its median at step 300 (loss_spike) and is NaN at step 450 (loss_not_finite);
+- train/tokens_per_second halves from step 350 (throughput_drop);
+- eval/perplexity, every 50 steps, rises at steps 400, 450 and 500 (val_metric_rising at step 500);
+- the run logs its last step at 520 and goes quiet (training_stalled 10 minutes later, t = 5800);
+- GPU 1 runs above 83 °C from t = 1000 to 1600 (gpu_hot at 1300) and throttles thermally (at 1300);
+- GPU 0 idles below 40 % from t = 3000 (gpu_underutilized at 4800), GPU 3 power-brakes from t = 2000 (1m: 2060);
+- GPU 2 counts 2 new uncorrected ECC errors at t = 2500 and falls off the bus at t = 6500;
+- a W&B run crashes at t = 4000; the `wb` source reports failing from t = 5010 (source_failing at 5130).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+T0 = 1780012800.0  # 2026-05-29T00:00:00Z
+OUT = Path(__file__).with_name("default_run.jsonl")
+
+
+def line(metric: str, labels: dict[str, str], t: float, step: int | None, value: float) -> str:
+    v: float | str = value if math.isfinite(value) else ("NaN" if math.isnan(value) else "+Inf")
+    return json.dumps({"metric": metric, "labels": labels, "time": T0 + t, "step": step, "value": v})
+
+
+def training() -> list[tuple[float, str]]:
+    run = {"source": "tb", "run": "gpt-small", "host": "node1", "pid": "4242"}
+    out = []
+    for step in range(521):
+        t = step * 10.0
+        loss = 3.0 * math.exp(-step / 300) + 0.5
+        if step == 300:
+            loss *= 2.5
+        if step == 450:
+            loss = math.nan
+        grad = 150.0 if step == 200 else (math.nan if step == 420 else 1.0 + (step % 5) * 0.1)
+        tps = 50_000.0 if step < 350 else 20_000.0
+        out += [(t, line("train/loss", run, t, step, loss)), (t, line("train/grad_norm", run, t, step, grad))]
+        out.append((t, line("train/tokens_per_second", run, t, step, tps)))
+        if step % 50 == 0:
+            ppl = [40, 30, 25, 22, 20, 19, 18, 17, 18.5, 19, 19.5][step // 50]
+            out.append((t, line("eval/perplexity", run, t, step, ppl)))
+    return out
+
+
+def gpus() -> list[tuple[float, str]]:
+    out = []
+    for i in range(0, 7000, 10):
+        t = float(i)
+        for gpu in range(4):
+            labels = {"source": "gpu", "gpu": str(gpu), "host": "node1"}
+            util = 20.0 if gpu == 0 and t >= 3000 else 95.0
+            hot = gpu == 1 and 1000 <= t < 1600
+            out.append((t, line("gpu.utilization", labels, t, None, util)))
+            out.append((t, line("gpu.temperature", labels, t, None, 86.0 if hot else 70.0)))
+            out.append((t, line("gpu.throttle.thermal", labels, t, None, 1.0 if hot else 0.0)))
+            out.append((t, line("gpu.throttle.hw_power_brake", labels, t, None, float(gpu == 3 and t >= 2000))))
+            out.append((t, line("gpu.ecc.uncorrected", labels, t, None, 2.0 if gpu == 2 and t >= 2500 else 0.0)))
+            out.append((t, line("gpu.lost", labels, t, None, float(gpu == 2 and t >= 6500))))
+        if i % 30 == 0:
+            out.append((t, line("alertd.source.up", {"source": "wb"}, t, None, 0.0 if t >= 5000 else 1.0)))
+    wb = {"source": "wb", "run": "team/lab/abc123", "run_name": "gpt-wb"}
+    out.append((4000.0, line("run.crashed", wb, 4000.0, None, 1.0)))
+    return out
+
+
+def main() -> None:
+    rows = sorted(training() + gpus(), key=lambda r: r[0])
+    OUT.write_text("".join(text + "\n" for _, text in rows))
+    print(f"wrote {len(rows)} samples to {OUT}")
+
+
+if __name__ == "__main__":
+    main()

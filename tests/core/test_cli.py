@@ -1,0 +1,135 @@
+"""The `alertd` command through a real subprocess: check, test and dry-run."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+from alertd.testing.tbwriter import ScalarWriter
+
+T0 = 1780012800.0  # The start of examples/default_run.jsonl.
+
+
+def alertd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "alertd", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_check_accepts_the_default_rules() -> None:
+    done = alertd("check", "rules/default.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("rules/default.yaml: ok (")
+
+
+def test_check_names_an_unknown_key_and_exits_1(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules:\n  - name: a\n    metric: loss\n    condition: nonfinite\n    sevrity: critical\n")
+    done = alertd("check", str(bad), "rules/default.yaml")
+    assert done.returncode == 1
+    assert (
+        done.stdout.splitlines()[0]
+        == f"error: {bad}:5: rules[0].sevrity: unknown key 'sevrity' (did you mean 'severity'?)"
+    )
+    assert "rules/default.yaml: ok" in done.stdout  # Every file is checked.
+
+
+def test_the_default_rule_tests_pass() -> None:
+    done = alertd("test", "rules/tests/default_test.yaml")
+    assert done.returncode == 0, done.stdout
+    assert done.stdout.strip().endswith("passed, 0 failed")
+
+
+def test_a_failing_rule_test_prints_a_diff_and_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text("rules:\n  - {name: hot, metric: temp, condition: '> 80', for: 2m}\n")
+    (tmp_path / "t.yaml").write_text(
+        """
+rule_files: [rules.yaml]
+tests:
+  - name: fires too early?
+    interval: 1m
+    input_series: [{series: 'temp{gpu="0"}', values: "90x5"}]
+    alert_rule_test:
+      - {eval_time: 1m, alertname: hot, exp_alerts: [{exp_labels: {metric: temp, gpu: "0"}}]}
+"""
+    )
+    done = alertd("test", str(tmp_path / "t.yaml"))
+    assert done.returncode == 1
+    assert "FAIL" in done.stdout and "fires too early?" in done.stdout
+    assert '- firing {gpu="0", metric="temp"}' in done.stdout
+    assert '+ pending {gpu="0", metric="temp"}' in done.stdout
+
+
+def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
+    done = alertd(
+        "dry-run", "--rules", "rules/default.yaml", "--source", "samples:examples/default_run.jsonl", "--format", "json"
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(x) for x in done.stdout.splitlines()]
+    first_firing: dict[str, dict] = {}  # type: ignore[type-arg]
+    for x in lines:
+        if x["state"] == "firing":
+            first_firing.setdefault(x["rule"], x)
+    expected_steps = {
+        "grad_norm_exploding": 200,
+        "loss_spike": 300,
+        "throughput_drop": 350,
+        "grad_norm_not_finite": 420,
+        "loss_not_finite": 450,
+        "val_metric_rising": 500,
+        "training_stalled": 520,
+    }
+    expected_times = {
+        "gpu_hot": 1300,
+        "gpu_thermal_throttle": 1300,
+        "gpu_hw_slowdown": 2060,
+        "gpu_ecc_errors": 2500,
+        "run_crashed": 4000,
+        "gpu_underutilized": 4800,
+        "source_failing": 5130,
+        "gpu_lost": 6500,
+        "training_stalled": 5800,
+    }
+    from alertd.config import load_config
+
+    assert set(first_firing) == {r.name for r in load_config(["rules/default.yaml"], {}).rules}
+    for rule, step in expected_steps.items():
+        assert first_firing[rule]["step"] == step, rule
+    for rule, seconds in expected_times.items():
+        from alertd.sources.samples import parse_time
+
+        assert parse_time(first_firing[rule]["time"]) == T0 + seconds, rule
+    nan = first_firing["loss_not_finite"]
+    assert nan["value"] == "NaN" and nan["labels"] == {
+        "host": "node1",
+        "metric": "train/loss",
+        "pid": "4242",
+        "run": "gpt-small",
+        "source": "tb",
+    }
+    assert [x["time"] for x in lines] == sorted(x["time"] for x in lines)
+
+
+def test_dry_run_over_a_tensorboard_logdir(tmp_path: Path) -> None:
+    writer = ScalarWriter(tmp_path / "exp1")
+    for step in range(5):
+        writer.add_scalar("train/loss", 1.0 if step < 3 else math.inf, step, wall_time=T0 + step)
+    writer.close()
+    done = alertd("dry-run", "--rules", "rules/default.yaml", "--source", f"tensorboard:{tmp_path}", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    (fired,) = [json.loads(x) for x in done.stdout.splitlines()]
+    assert (fired["rule"], fired["state"], fired["step"], fired["value"]) == ("loss_not_finite", "firing", 3, "+Inf")
+    assert fired["labels"]["run"] == "exp1" and fired["labels"]["source"] == "tb"
+    assert fired["time"] == "2026-05-29T00:00:03Z"
+
+
+def test_dry_run_reports_bad_sample_lines_and_keeps_the_rest(tmp_path: Path) -> None:
+    f = tmp_path / "s.jsonl"
+    good = {"metric": "loss", "labels": {"run": "a"}, "time": T0, "step": 1, "value": "NaN"}
+    f.write_text("{oops\n" + json.dumps(good) + "\n" + json.dumps({**good, "value": "lots"}) + "\n")
+    done = alertd("dry-run", "--rules", "rules/default.yaml", "--source", f"samples:{f}")
+    assert done.returncode == 0
+    assert f"{f}:1: skipped: not JSON" in done.stderr
+    assert f"{f}:3: skipped: value must be a number" in done.stderr
+    assert "FIRING   loss_not_finite" in done.stdout
