@@ -113,7 +113,9 @@ class Service:
         """The rules files now in force."""
         return self.engine.config
 
-    def _build(self, config: Config) -> None:
+    def open(self) -> None:
+        """Build the sources, notifiers and dispatcher, and take up the state of the previous run."""
+        config = self.config
         self.sources = {s.name: build_source(s) for s in config.sources}
         self.health = {name: SourceHealth() for name in self.sources}
         self.notifiers = {name: self._notifier(name, cfg) for name, cfg in config.notifiers.items()}
@@ -385,7 +387,7 @@ class Service:
 
     async def run(self) -> None:
         """Run until stop() is called."""
-        self._build(self.config)
+        self.open()
         scheduler = self.scheduler = AsyncIOScheduler()
         for name, source in self.sources.items():
             scheduler.add_job(
@@ -456,10 +458,15 @@ class Service:
             await _quietly(source.aclose())
         for notifier in self.notifiers.values():
             await _quietly(notifier.aclose())
+        self.close()
+        log.info("alertd stopped")
+
+    def close(self) -> None:
+        """Save the state and close the state directory's databases."""
         self.save_state()
         self.store.close()
+        self.silences.close()
         self.outbox.close()
-        log.info("alertd stopped")
 
 
 async def _quietly(coro: object) -> None:
