@@ -208,3 +208,34 @@ async def test_async_poll(offline: Path) -> None:
     assert len(await src.poll(0.0)) > 100
     assert list(await src.poll(0.0)) == []
     await src.aclose()
+
+
+def test_dry_run_reports_the_nan_loss_of_a_real_offline_run_at_its_step(offline: Path) -> None:
+    import json
+
+    rules = Path(__file__).resolve().parents[2] / "rules" / "default.yaml"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "alertd",
+            "dry-run",
+            "--rules",
+            str(rules),
+            "--source",
+            f"wandb_dir:{offline}",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(x) for x in done.stdout.splitlines()]
+    nan = [x for x in lines if x["rule"] == "loss_not_finite"]
+    assert [(x["state"], x["step"], x["value"]) for x in nan][:2] == [("firing", 10, "NaN"), ("resolved", 12, 1 / 13)]
+    # Offline runs know no entity: the run label is the run id.
+    assert nan[0]["labels"]["run_name"] == "good-run" and nan[0]["labels"]["run"] == "good"
+    crashed = [x for x in lines if x["rule"] == "run_crashed"]
+    assert [(x["state"], x["labels"]["run"]) for x in crashed] == [("firing", "bad")]
