@@ -124,12 +124,14 @@ def create_app(
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         return _error(exc.status, exc.errors, exc.headers)
 
-    @app.get("/healthz", response_model=m.Status, tags=["health"])
+    @app.get("/healthz", response_model=m.Status, response_model_exclude_none=True, tags=["health"])
     async def healthz() -> dict[str, Any]:
         """Alive (always 200 while the process answers)."""
         return {"status": "ok"}
 
-    @app.get("/readyz", response_model=m.Status, responses={503: {"model": m.Status}}, tags=["health"])
+    @app.get(
+        "/readyz", response_model=m.Status, response_model_exclude_none=True, responses={503: {"model": m.Status}}, tags=["health"]
+    )
     async def readyz() -> Any:
         """200 once the rules are loaded and the sources started; 503 before and while stopping."""
         if service.ready:
