@@ -185,7 +185,8 @@ def would_send(
     config: Config, transitions: Sequence[Transition], until: float | None, check: Any = None
 ) -> list[Notification]:
     """The notifications the route would have sent: `plan` at each transition's time, then the group
-    timers due up to `until` (or up to the last transition plus the longest `group_wait`)."""
+    timers due up to `until`, or else up to the last transition plus the longest `group_wait` or
+    `group_interval` of the routes (so every change is flushed once; later repeats are not shown)."""
     route = config.route.to_route()
     inhibit = [r.to_rule() for r in config.inhibit_rules]
     state, next_run = PlanState(), None
@@ -230,7 +231,7 @@ def _by_time(transitions: Sequence[Transition]) -> Iterator[tuple[float, list[Tr
 
 
 def _longest_wait(route: Route) -> float:
-    return max([route.group_wait, *(_longest_wait(c) for c in route.children)])
+    return max([route.group_wait, route.group_interval, *(_longest_wait(c) for c in route.children)])
 
 
 def notification_json(n: Notification) -> dict[str, Any]:
