@@ -314,7 +314,9 @@ def _admin_routes(api: APIRouter, service: Any, timeout: float, roots: list[str]
     async def reload() -> Any:
         """Load the rules files again; on an error the running rules stay and the problems are listed."""
         do_reload = getattr(service, "reload", None)
-        if do_reload is None or not service.ready:
+        if do_reload is None:
+            raise ApiError(503, "this service has no reload")
+        if not service.ready:
             raise ApiError(503, "the service can't reload now (not running)")
         errors = do_reload()
         if errors:

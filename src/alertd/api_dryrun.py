@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from alertd.api_models import MAX_TIME
 from alertd.config import Config, _merge, _validate
 from alertd.dispatch.plan import PlanState, plan
@@ -162,6 +164,8 @@ def rules_from_text(rules: str | Mapping[str, Any]) -> Config:
         return _merge([(doc, model)], (RULES_FILE,))
     except ConfigError as exc:
         raise DryRunError(400, [str(p) for p in exc.problems]) from exc
+    except yaml.YAMLError as exc:  # parse_yaml lets a bad character through (raised before its `try`)
+        raise DryRunError(400, [f"{RULES_FILE}: invalid YAML: {exc}"]) from exc
     except (ValueError, RecursionError) as exc:
         raise DryRunError(400, [f"{RULES_FILE}: {type(exc).__name__}: {exc}"]) from exc
 
