@@ -130,7 +130,11 @@ def create_app(
         return {"status": "ok"}
 
     @app.get(
-        "/readyz", response_model=m.Status, response_model_exclude_none=True, responses={503: {"model": m.Status}}, tags=["health"]
+        "/readyz",
+        response_model=m.Status,
+        response_model_exclude_none=True,
+        responses={503: {"model": m.Status}},
+        tags=["health"],
     )
     async def readyz() -> Any:
         """200 once the rules are loaded and the sources started; 503 before and while stopping."""

@@ -116,7 +116,9 @@ async def test_bad_rules_and_bad_samples_are_400_with_places(tmp_path: Path, mon
         assert "rules[0].condition" in problem and "unknown condition" in problem
         r = await client.post("/api/v1/dry-run", json={"rules": "rules: [\n"})
         assert r.status_code == 400 and "invalid YAML" in r.json()["errors"][0]
-        leaky = "rules:\n  - {name: x, metric: m, condition: nonfinite, annotations: {a: '${ALERTD_API_TEST_SECRET}'}}\n"
+        leaky = (
+            "rules:\n  - {name: x, metric: m, condition: nonfinite, annotations: {a: '${ALERTD_API_TEST_SECRET}'}}\n"
+        )
         r = await client.post("/api/v1/dry-run", json={"rules": leaky, "samples": samples(["NaN"], "m")})
         assert r.status_code == 400
         assert "ALERTD_API_TEST_SECRET is not set" in r.text and "very-secret-value-42" not in r.text

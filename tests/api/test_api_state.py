@@ -109,7 +109,13 @@ async def test_alerts_rules_sources_and_series(tmp_path: Path) -> None:
         alerts = (await client.get("/api/v1/alerts")).json()
         assert len(alerts) == 1
         a = alerts[0]
-        assert (a["rule"], a["state"], a["value"], a["step"], a["severity"]) == ("loss_nan", "firing", "NaN", 2, "critical")
+        assert (a["rule"], a["state"], a["value"], a["step"], a["severity"]) == (
+            "loss_nan",
+            "firing",
+            "NaN",
+            2,
+            "critical",
+        )
         assert a["labels"] == {"metric": "train/loss", "run": "exp1", "source": "runs"}
         assert a["annotations"] == {"summary": "loss is NaN"}
         assert a["activeAt"].endswith("Z") and a["firedAt"].endswith("Z")
@@ -127,7 +133,13 @@ async def test_alerts_rules_sources_and_series(tmp_path: Path) -> None:
         assert rules["loss_nan"]["lastEvaluation"].endswith("Z") and rules["loss_nan"]["lastError"] is None
 
         (src,) = (await client.get("/api/v1/sources")).json()
-        assert (src["name"], src["type"], src["interval"], src["up"], src["samples"]) == ("runs", "samples", 0.2, True, 1)
+        assert (src["name"], src["type"], src["interval"], src["up"], src["samples"]) == (
+            "runs",
+            "samples",
+            0.2,
+            True,
+            1,
+        )
         assert src["config"]["path"] == str(env.samples) and src["lastPoll"].endswith("Z")
 
         listing = (await client.get("/api/v1/series", params={"metric": "train/*"})).json()
