@@ -1,0 +1,250 @@
+"""`POST /api/v1/dry-run`: rules from a request over inline samples or a source under an allowed root.
+
+Nothing here sends or kills: no notifier object is ever built; the notifications are what the
+rules' route would have produced (`plan` over the transitions, in time order, from a fresh state).
+Everything runs in one worker thread; `cancel` stops it between samples and between transitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from alertd.api_models import MAX_TIME
+from alertd.config import Config, _merge, _validate
+from alertd.dispatch.plan import PlanState, plan
+from alertd.dispatch.routes import Route
+from alertd.dryrun import replay, transition_json
+from alertd.errors import ConfigError, Problem, SourceError
+from alertd.model import Notification, Sample, Transition, format_time
+from alertd.rules.evaluate import RuleSet
+from alertd.sources.config import SourceConfig, TensorBoardConfig, WandbDirConfig
+from alertd.sources.registry import build_source
+from alertd.sources.samples import SampleLineError, parse_sample, parse_time, read_samples
+from alertd.yamlfile import parse_yaml
+
+RULES_FILE = "<dry-run rules>"
+MAX_FLUSHES = 10_000
+
+
+class DryRunError(Exception):
+    """A request the dry run refuses: `status` is the HTTP status, `errors` say why."""
+
+    def __init__(self, status: int, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.status = status
+        self.errors = errors
+
+
+class Cancelled(Exception):
+    """The request timed out; the worker stops."""
+
+
+@dataclass
+class DryRunJob:
+    """One dry run's inputs; `run()` is called in a worker thread."""
+
+    rules: str | dict[str, Any]
+    samples: list[dict[str, Any]]
+    source: tuple[str, str] | None = None
+    until: float | str | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> dict[str, Any]:
+        """The transitions and would-be notifications, as the JSON response."""
+        config = rules_from_text(self.rules)
+        until = _until(self.until)
+        samples = self._inline()
+        if self.source is not None:
+            samples += self._from_source(*self.source)
+        transitions: list[Transition] = []
+        for t in replay(RuleSet(config.rules), samples, config.buffer, until):
+            self._check()
+            transitions.append(t)
+        notes = would_send(config, transitions, until, self._check)
+        return {
+            "samples": len(samples),
+            "transitions": [transition_json(t) for t in transitions],
+            "notifications": [notification_json(n) for n in notes],
+        }
+
+    def _check(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled
+
+    def _inline(self) -> list[Sample]:
+        out, errors = [], []
+        for i, item in enumerate(self.samples):
+            if i % 1000 == 0:
+                self._check()
+            try:
+                out.append(_checked(parse_sample(json.dumps(item))))
+            except (SampleLineError, ValueError) as exc:
+                errors.append(f"samples[{i}]: {exc}")
+                if len(errors) >= 20:
+                    break
+        if errors:
+            raise DryRunError(400, errors)
+        return out
+
+    def _from_source(self, kind: str, path: str) -> list[Sample]:
+        if kind == "samples":
+            return self._read_file(path)
+        cfg: SourceConfig
+        if kind == "tensorboard":
+            cfg = TensorBoardConfig(type="tensorboard", name="dry-run", logdir=path)
+        else:
+            cfg = WandbDirConfig(type="wandb_dir", name="dry-run", path=path)
+        return asyncio.run(_poll_once(cfg))
+
+    def _read_file(self, path: str) -> list[Sample]:
+        out: list[Sample] = []
+        try:
+            for n, item in enumerate(read_samples(path, "dry-run")):
+                if n % 1000 == 0:
+                    self._check()
+                if isinstance(item, Sample):
+                    out.append(_checked(item))
+        except OSError as exc:
+            raise DryRunError(400, [f"can't read the samples file: {exc.strerror or exc}"]) from exc
+        except ValueError as exc:
+            raise DryRunError(400, [str(exc)]) from exc
+        return out
+
+
+async def _poll_once(cfg: SourceConfig) -> list[Sample]:
+    source = build_source(cfg)
+    try:
+        return [_checked(s) for s in await source.poll(time.time())]
+    except SourceError as exc:
+        raise DryRunError(400, [f"the source can't be read: {exc}"]) from exc
+    finally:
+        await source.aclose()
+
+
+def _checked(s: Sample) -> Sample:
+    if not (math.isfinite(s.time) and 0 <= s.time <= MAX_TIME):
+        raise ValueError(f"time must be between 1970 and 9999, got {s.time!r}")
+    return s
+
+
+def _until(value: float | str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        t = parse_time(value)
+    except SampleLineError as exc:
+        raise DryRunError(400, [f"until: {exc}"]) from exc
+    if not (math.isfinite(t) and 0 <= t <= MAX_TIME):
+        raise DryRunError(400, ["until: must be between 1970 and 9999"])
+    return t
+
+
+def rules_from_text(rules: str | Mapping[str, Any]) -> Config:
+    """A rules file given as YAML text or as a JSON object, loaded as `load_config` loads a file.
+
+    `${VAR}` is expanded from an empty environment: a request can never read the server's variables.
+    """
+    text = rules if isinstance(rules, str) else json.dumps(rules)
+    try:
+        doc = parse_yaml(text, RULES_FILE, {})
+        problems: list[Problem] = []
+        model = _validate(doc, problems)
+        if model is None:
+            raise ConfigError(problems)
+        return _merge([(doc, model)], (RULES_FILE,))
+    except ConfigError as exc:
+        raise DryRunError(400, [str(p) for p in exc.problems]) from exc
+    except yaml.YAMLError as exc:  # parse_yaml lets a bad character through (raised before its `try`)
+        raise DryRunError(400, [f"{RULES_FILE}: invalid YAML: {exc}"]) from exc
+    except (ValueError, RecursionError) as exc:
+        raise DryRunError(400, [f"{RULES_FILE}: {type(exc).__name__}: {exc}"]) from exc
+
+
+def resolve_under(path: str, roots: Sequence[str]) -> str:
+    """The real path of `path` if it lies inside one of `roots` (a relative path is taken from each
+    root in turn); raise DryRunError 403 otherwise. Symbolic links are followed before the check."""
+    if not roots:
+        raise DryRunError(403, ["source dry-runs are disabled: the server allows no directory"])
+    if "\x00" in path:
+        raise DryRunError(403, ["the path is outside the allowed directories"])
+    for root in roots:
+        real_root = os.path.realpath(root)
+        real = os.path.realpath(os.path.join(real_root, path))
+        if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
+            return real
+    raise DryRunError(403, ["the path is outside the allowed directories"])
+
+
+def would_send(
+    config: Config, transitions: Sequence[Transition], until: float | None, check: Any = None
+) -> list[Notification]:
+    """The notifications the route would have sent: `plan` at each transition's time, then the group
+    timers due up to `until`, or else up to the last transition plus the longest `group_wait` or
+    `group_interval` of the routes (so every change is flushed once; later repeats are not shown)."""
+    route = config.route.to_route()
+    inhibit = [r.to_rule() for r in config.inhibit_rules]
+    state, next_run = PlanState(), None
+    out: list[Notification] = []
+    for at, batch in _by_time(transitions):
+        while next_run is not None and next_run < at:
+            state, next_run = _step(state, (), route, inhibit, next_run, out)
+        state, next_run = _step(state, batch, route, inhibit, at, out)
+        if check is not None:
+            check()
+    if transitions:
+        horizon = until if until is not None else transitions[-1].time + _longest_wait(route)
+        for _ in range(MAX_FLUSHES):
+            if next_run is None or next_run > horizon:
+                break
+            state, next_run = _step(state, (), route, inhibit, next_run, out)
+    return out
+
+
+def _step(
+    state: PlanState,
+    batch: Sequence[Transition],
+    route: Route,
+    inhibit: Sequence[Any],
+    now: float,
+    out: list[Notification],
+) -> tuple[PlanState, float | None]:
+    result = plan(state, transitions=batch, alerts=None, route=route, inhibit_rules=inhibit, now=now)
+    out.extend(result.notifications)
+    return result.state, result.next_run
+
+
+def _by_time(transitions: Sequence[Transition]) -> Iterator[tuple[float, list[Transition]]]:
+    batch: list[Transition] = []
+    for t in transitions:
+        if batch and t.time != batch[0].time:
+            yield batch[0].time, batch
+            batch = []
+        batch.append(t)
+    if batch:
+        yield batch[0].time, batch
+
+
+def _longest_wait(route: Route) -> float:
+    return max([route.group_wait, route.group_interval, *(_longest_wait(c) for c in route.children)])
+
+
+def notification_json(n: Notification) -> dict[str, Any]:
+    """A planned notification as JSON: receiver name, status, group and alerts (never a URL)."""
+    return {
+        "receiver": n.receiver,
+        "status": n.status,
+        "groupKey": n.group_key,
+        "groupLabels": dict(n.group_labels),
+        "time": format_time(n.created),
+        "alerts": [transition_json(t) for t in n.alerts],
+    }

@@ -1,0 +1,303 @@
+"""The pydantic models of the HTTP API: request bodies and the responses the OpenAPI schema describes.
+
+Times are RFC 3339 strings (UTC, `Z`); values are numbers or the strings `NaN`, `+Inf`, `-Inf`.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from alertd.dispatch.matchers import Matcher, MatchOp, Silence
+from alertd.dispatch.silences import new_silence_id
+from alertd.durations import parse_duration
+from alertd.model import format_time
+
+MAX_TIME = 253_402_000_000.0
+"""Latest accepted instant (late in the year 9999): later ones can't be written as RFC 3339."""
+
+Value = float | str
+"""A sample value: a number, or `NaN`, `+Inf`, `-Inf`."""
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Status(BaseModel):
+    """`{"status": "ok"}` and friends."""
+
+    status: str
+    reason: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error the API itself reports: 400, 401, 403, 404, 409, 413, 503, 504."""
+
+    status: Literal["error"] = "error"
+    errors: list[str]
+
+
+class AlertOut(BaseModel):
+    """A pending or firing alert."""
+
+    rule: str
+    state: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    severity: str
+    value: Value
+    step: int | None
+    time: str
+    activeAt: str
+    firedAt: str | None
+    fingerprint: str
+    silenced: bool
+    silencedBy: list[str]
+
+
+class AlertCounts(BaseModel):
+    """How many alerts of a rule are pending and firing."""
+
+    pending: int
+    firing: int
+
+
+class RuleOut(BaseModel):
+    """One loaded rule."""
+
+    name: str
+    metrics: list[str]
+    labelsMatch: dict[str, str]
+    condition: str
+    for_: float = Field(alias="for")
+    keepFiringFor: float
+    consecutive: int
+    severity: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    notify: list[str]
+    lastEvaluation: str | None
+    lastError: str | None
+    alerts: AlertCounts
+
+
+class SourceOut(BaseModel):
+    """One configured source and its health. `config` is the rules-file entry with secrets as `**********`."""
+
+    name: str
+    type: str
+    interval: float
+    up: bool
+    failures: int
+    lastPoll: str | None
+    lastError: str | None
+    lag: float | None
+    samples: int
+    errors: int
+    config: dict[str, Any]
+
+
+class SeriesOut(BaseModel):
+    """One buffered series; `id` names it in `GET /api/v1/series/{id}`."""
+
+    id: str
+    metric: str
+    labels: dict[str, str]
+    samples: int
+    lastValue: Value | None
+    lastTime: str | None
+    lastStep: int | None
+
+
+class SeriesList(BaseModel):
+    """The series matching a query, and how many matched before `limit` cut the list."""
+
+    total: int
+    series: list[SeriesOut]
+
+
+class SampleOut(BaseModel):
+    """One buffered sample."""
+
+    time: str
+    step: int | None
+    value: Value
+
+
+class SeriesSamples(BaseModel):
+    """The newest samples of one series, oldest first."""
+
+    id: str
+    metric: str
+    labels: dict[str, str]
+    samples: list[SampleOut]
+
+
+class MatcherIn(_In):
+    """An Alertmanager v2 matcher: `isRegex` for `=~`/`!~`, `isEqual: false` for `!=`/`!~`."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$", max_length=200)
+    value: str = Field(max_length=10_000)
+    isRegex: bool = False
+    isEqual: bool = True
+
+
+class MatcherOut(BaseModel):
+    """A matcher of a silence."""
+
+    name: str
+    value: str
+    isRegex: bool
+    isEqual: bool
+
+
+class SilenceIn(_In):
+    """A new silence: `endsAt`, or `duration` (`2h`, or seconds) counted from `startsAt` (default: now)."""
+
+    matchers: list[MatcherIn] = Field(min_length=1, max_length=100)
+    startsAt: datetime | None = None
+    endsAt: datetime | None = None
+    duration: str | float | None = None
+    createdBy: str = Field(default="", max_length=1000)
+    comment: str = Field(default="", max_length=10_000)
+
+
+class SilenceState(BaseModel):
+    """`pending`, `active` or `expired`."""
+
+    state: str
+
+
+class SilenceOut(BaseModel):
+    """A silence."""
+
+    id: str
+    matchers: list[MatcherOut]
+    startsAt: str
+    endsAt: str
+    createdBy: str
+    comment: str
+    status: SilenceState
+
+
+class SilenceId(BaseModel):
+    """The id of a silence just made."""
+
+    id: str
+
+
+class ReloadOut(BaseModel):
+    """`ok`, or `error` with the problems (the running rules stay)."""
+
+    status: str
+    errors: list[str] = Field(default_factory=list)
+
+
+class DryRunSourceIn(_In):
+    """Recorded data on the server, under one of the allowed roots."""
+
+    type: Literal["tensorboard", "wandb_dir", "samples"]
+    path: str = Field(min_length=1, max_length=4096)
+
+
+class DryRunIn(_In):
+    """A dry run: rules (YAML text or a JSON object of a rules file) over inline samples and/or a source.
+
+    `${VAR}` in these rules is never expanded from the server's environment (`${VAR:-default}` takes
+    the default); `until` (RFC 3339 or epoch seconds) evaluates time-based conditions up to that instant.
+    """
+
+    rules: str | dict[str, Any]
+    samples: list[dict[str, Any]] = Field(default_factory=list)
+    source: DryRunSourceIn | None = None
+    until: float | str | None = None
+
+
+class TransitionOut(BaseModel):
+    """A transition, as one line of `alertd dry-run --format json`."""
+
+    rule: str
+    state: str
+    time: str
+    step: int | None
+    value: Value
+    labels: dict[str, str]
+    severity: str
+    annotations: dict[str, str] | None = None
+
+
+class NotificationOut(BaseModel):
+    """A notification the route would have sent (it was not sent)."""
+
+    receiver: str
+    status: str
+    groupKey: str
+    groupLabels: dict[str, str]
+    time: str
+    alerts: list[TransitionOut]
+
+
+class DryRunOut(BaseModel):
+    """What the rules would have done."""
+
+    samples: int
+    transitions: list[TransitionOut]
+    notifications: list[NotificationOut]
+
+
+def silence_json(s: Silence, now: float) -> dict[str, Any]:
+    """A silence as the API shows it (Alertmanager v2 field names)."""
+    return {
+        "id": s.id,
+        "matchers": [
+            {
+                "name": x.name,
+                "value": x.value,
+                "isRegex": x.op in (MatchOp.RE, MatchOp.NRE),
+                "isEqual": x.op in (MatchOp.EQ, MatchOp.RE),
+            }
+            for x in s.matchers
+        ],
+        "startsAt": format_time(s.starts_at),
+        "endsAt": format_time(s.ends_at),
+        "createdBy": s.created_by,
+        "comment": s.comment,
+        "status": {"state": s.state(now)},
+    }
+
+
+def _epoch(dt: datetime, name: str) -> float:
+    t = (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+    if not 0 <= t <= MAX_TIME:
+        raise ValueError(f"{name} must be between 1970 and 9999")
+    return t
+
+
+def silence_from(body: SilenceIn, now: float) -> Silence:
+    matchers = []
+    for i, x in enumerate(body.matchers):
+        op = {(False, True): MatchOp.EQ, (False, False): MatchOp.NE, (True, True): MatchOp.RE}
+        try:
+            matchers.append(Matcher(x.name, op.get((x.isRegex, x.isEqual), MatchOp.NRE), x.value))
+        except ValueError as exc:
+            raise ValueError(f"matchers[{i}]: {exc}") from None
+    start = _epoch(body.startsAt, "startsAt") if body.startsAt else now
+    if (body.endsAt is None) == (body.duration is None):
+        raise ValueError("give either endsAt or duration")
+    if body.endsAt is not None:
+        end = _epoch(body.endsAt, "endsAt")
+    else:
+        try:
+            seconds = parse_duration(body.duration)  # type: ignore[arg-type]
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise ValueError(f"duration: {exc}") from None
+        if not (math.isfinite(seconds) and seconds > 0 and start + seconds <= MAX_TIME):
+            raise ValueError("duration must be positive and end before the year 9999")
+        end = start + seconds
+    if end <= start:
+        raise ValueError("endsAt must be after startsAt")
+    return Silence(new_silence_id(), tuple(matchers), start, end, body.createdBy, body.comment)
