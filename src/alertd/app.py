@@ -540,5 +540,34 @@ async def _main(service: Service, listen: str | None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, service.stop)
     loop.add_signal_handler(signal.SIGHUP, service.reload)
-    await service.run()
+    api = None
+    if listen:
+        from alertd.api import serve_api
+
+        roots = [r for r in os.environ.get("ALERTD_DRY_RUN_ROOTS", "").split(os.pathsep) if r]
+        api = asyncio.create_task(serve_api(service, listen, token=api_token(), dry_run_roots=roots))
+        api.add_done_callback(lambda task: _api_ended(task, service))
+    try:
+        await service.run()
+    finally:
+        if api is not None:
+            api.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError):
+                await api
     return 0
+
+
+def api_token() -> str | None:
+    """The API's bearer token: ALERTD_API_TOKEN, or the content of the file ALERTD_API_TOKEN_FILE names."""
+    token = os.environ.get("ALERTD_API_TOKEN")
+    path = os.environ.get("ALERTD_API_TOKEN_FILE")
+    if not token and path:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    return token or None
+
+
+def _api_ended(task: asyncio.Task[None], service: Service) -> None:
+    if task.cancelled() or task.exception() is None:
+        return
+    log.error("the HTTP API stopped: %s", task.exception())
+    service.stop()

@@ -70,8 +70,9 @@ def load_yaml(path: str, env: Mapping[str, str] | None = None) -> Document:
 
 def parse_yaml(text: str, file: str, env: Mapping[str, str]) -> Document:
     """Parse YAML text; raise ConfigError with the line of a syntax error or a bad variable."""
-    loader = yaml.SafeLoader(text)
+    loader: yaml.SafeLoader | None = None
     try:
+        loader = yaml.SafeLoader(text)
         root = loader.get_single_node()
         problems: list[Problem] = []
         if root is not None:
@@ -87,7 +88,8 @@ def parse_yaml(text: str, file: str, env: Mapping[str, str]) -> Document:
     except yaml.YAMLError as exc:
         raise ConfigError([Problem(file, "", f"invalid YAML: {exc}")]) from exc
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return Document(file, data, root)
 
 

@@ -34,9 +34,7 @@ class LogNotifier:
         try:
             print(log_line(notification), file=sys.stdout, flush=True)
         except (OSError, ValueError) as e:
-            raise NotifyError(
-                f"log notifier {self.name}: cannot write to stdout: {e}", recoverable=True
-            ) from None
+            raise NotifyError(f"log notifier {self.name}: cannot write to stdout: {e}", recoverable=True) from None
 
     async def aclose(self) -> None:
         """Nothing to release."""

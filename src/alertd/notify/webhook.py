@@ -103,9 +103,7 @@ class WebhookNotifier:
         timeout = self._cfg.timeout
         try:
             async with asyncio.timeout(timeout):
-                request = self._client.build_request(
-                    "POST", url, content=body, headers=headers, timeout=timeout
-                )
+                request = self._client.build_request("POST", url, content=body, headers=headers, timeout=timeout)
                 response = await self._client.send(request, stream=True)
                 try:
                     data = await _read_capped(response)

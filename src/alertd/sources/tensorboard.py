@@ -118,9 +118,7 @@ class _Tail:
                     break  # an incomplete record, or a region still being searched: wait for more bytes
         return corrupt
 
-    def _decode(
-        self, payloads: list[bytes], out: list[Sample], starts: list[tuple[int, float]], stop: int
-    ) -> int:
+    def _decode(self, payloads: list[bytes], out: list[Sample], starts: list[tuple[int, float]], stop: int) -> int:
         with _gc_paused():
             bad = self.decoder.decode_all(payloads, out, starts)
         if bad:

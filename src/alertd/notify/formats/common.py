@@ -200,14 +200,10 @@ def check_code(
     if not isinstance(body, dict):
         raise NotifyError(f"{service} gave an unreadable answer: {snippet(reply.text)!r}", recoverable=True)
     if code is None:
-        raise NotifyError(
-            f"{service} answered without a result code: {snippet(reply.text)!r}", recoverable=True
-        )
+        raise NotifyError(f"{service} answered without a result code: {snippet(reply.text)!r}", recoverable=True)
 
 
-def _code_and_message(
-    body: Any, code_keys: tuple[str, ...], message_keys: tuple[str, ...]
-) -> tuple[int | None, str]:
+def _code_and_message(body: Any, code_keys: tuple[str, ...], message_keys: tuple[str, ...]) -> tuple[int | None, str]:
     if not isinstance(body, dict):
         return None, ""
     code: int | None = None

@@ -67,9 +67,7 @@ def prepare(url: str, payload: JSON, secret: str | None, now: float) -> Signed:
 
 def check(reply: Reply) -> None:
     """Delivered only when the body's `errcode` is 0."""
-    check_code(
-        reply, "DingTalk", code_keys=("errcode",), message_keys=("errmsg",), recoverable_codes=RATE_LIMITED
-    )
+    check_code(reply, "DingTalk", code_keys=("errcode",), message_keys=("errmsg",), recoverable_codes=RATE_LIMITED)
 
 
 FORMAT = Format(name="dingtalk", build=build, prepare=prepare, check=check, rate_limit=RATE_LIMIT)

@@ -44,9 +44,7 @@ def build(n: Notification, opts: Options) -> JSON:
     text = fit_lines("", [alert_line(t) for t in shown], TEXT_LIMIT, omitted=omitted, measure=json_len)
     return {
         "msg_type": "post",
-        "content": {
-            "post": {"zh_cn": {"title": cut(title(n), 200), "content": [[{"tag": "text", "text": text}]]}}
-        },
+        "content": {"post": {"zh_cn": {"title": cut(title(n), 200), "content": [[{"tag": "text", "text": text}]]}}},
     }
 
 

@@ -31,9 +31,7 @@ def build(n: Notification, opts: Options) -> JSON:
     """The WeCom message for `n`: markdown with a coloured title, or plain text (`msgtype: text`)."""
     shown, omitted = shown_alerts(n, opts)
     if opts.msgtype == "text":
-        content = fit_lines(
-            title(n), [alert_line(t) for t in shown], TEXT_LIMIT, omitted=omitted, measure=utf8_len
-        )
+        content = fit_lines(title(n), [alert_line(t) for t in shown], TEXT_LIMIT, omitted=omitted, measure=utf8_len)
         return {"msgtype": "text", "text": {"content": content}}
     colour = "warning" if n.status == "firing" and any(firing(t) for t in n.alerts) else "info"
     head = f'### <font color="{colour}">{title(n)}</font>'
@@ -44,9 +42,7 @@ def build(n: Notification, opts: Options) -> JSON:
 
 def check(reply: Reply) -> None:
     """Delivered only when the body's `errcode` is 0."""
-    check_code(
-        reply, "WeCom", code_keys=("errcode",), message_keys=("errmsg",), recoverable_codes=RATE_LIMITED
-    )
+    check_code(reply, "WeCom", code_keys=("errcode",), message_keys=("errmsg",), recoverable_codes=RATE_LIMITED)
 
 
 FORMAT = Format(name="wecom", build=build, check=check, rate_limit=RATE_LIMIT)
