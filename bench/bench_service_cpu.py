@@ -47,8 +47,12 @@ def main() -> None:
     text = (Path(__file__).resolve().parent.parent / "rules" / "default.yaml").read_text()
     rules.write_text(text.replace("interval: 2s}", "interval: 1s}"))
     env = {**os.environ, "ALERTD_LOGDIR": str(work / "runs")}
-    proc = subprocess.Popen([sys.executable, __file__, "--child", str(rules), str(work / "state")], env=env,
-                            stdout=subprocess.DEVNULL, stderr=open(work / "alertd.log", "wb"))  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--child", str(rules), str(work / "state")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(work / "alertd.log", "wb"),
+    )  # noqa: SIM115
     from alertd.testing.tbwriter import ScalarWriter
 
     writer = ScalarWriter(work / "runs" / "exp1")
@@ -67,8 +71,10 @@ def main() -> None:
     proc.send_signal(signal.SIGTERM)
     proc.wait(20)
     writer.close()
-    print(f"service CPU watching 1 run (1 event/s) and 8 GPUs at 1 Hz on the default rules: "
-          f"{100 * used / elapsed:.2f} % of one core over {elapsed:.0f} s (target < 1 %)")
+    print(
+        f"service CPU watching 1 run (1 event/s) and 8 GPUs at 1 Hz on the default rules: "
+        f"{100 * used / elapsed:.2f} % of one core over {elapsed:.0f} s (target < 1 %)"
+    )
 
 
 if __name__ == "__main__":

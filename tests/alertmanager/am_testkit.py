@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -18,16 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
+from alertd.testing.receiver import free_port
+
 AM_BINARY = os.environ.get("ALERTMANAGER_BIN", "/usr/bin/prometheus-alertmanager")
 GROUP_WAIT = 0.2
 GROUP_INTERVAL = 1.0
-
-
-def free_port() -> int:
-    """A port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import ssl
 import subprocess
 from collections.abc import Callable, Iterator
@@ -16,15 +15,10 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
+from alertd.testing.receiver import free_port
+
 USER = "alertd-bot"
 PASSWORD = "s3cret-Pa55word!"
-
-
-def free_port() -> int:
-    """A port nobody listens on right now (aiosmtpd's Controller can't take port 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

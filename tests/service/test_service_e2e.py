@@ -95,3 +95,48 @@ def test_a_bad_rules_file_exits_1_naming_the_problem(tmp_path: Path) -> None:
     alertd = Alertd(rules, tmp_path / "state")
     assert alertd.proc.wait(30) == 1
     assert "rules[0].bogus: unknown key 'bogus'" in alertd.logs()
+
+
+def test_sigkill_during_an_outage_loses_nothing_and_sends_nothing_twice(setup) -> None:  # type: ignore[no-untyped-def]
+    receiver, logdir, rules, state = setup
+    port = receiver.port
+    receiver.stop()  # The chat service is down.
+    alertd = Alertd(rules, state)
+    try:
+        writer = ScalarWriter(logdir / "exp2")
+        writer.add_scalar("train/loss", 1.0, 0)
+        writer.add_scalar("train/loss", math.nan, 1)
+        writer.flush()
+        alertd.wait_log('"state": "firing"')
+        wait_for(lambda: "delivery" in alertd.logs() and "hook" in alertd.logs(), "a failed delivery", 20, alertd)
+        assert alertd.stop(signal.SIGKILL) == -signal.SIGKILL
+        up = Receiver(port=port)  # The service is back.
+        try:
+            restarted = Alertd(rules, state)
+            wait_for(lambda: bodies_for(up, "loss_not_finite", "firing"), "the delivery after recovery", 30, restarted)
+            restarted.wait_log("source_down")  # Give it time to (wrongly) send anything twice.
+            (body,) = bodies_for(up, "loss_not_finite", "firing")
+            assert body["alerts"][0]["labels"]["run"] == "exp2"
+            assert restarted.stop() == 0
+        finally:
+            up.stop()
+        writer.close()
+    finally:
+        alertd.stop(signal.SIGKILL)
+
+
+def test_sighup_reloads_the_rules_and_a_bad_file_keeps_the_old_ones(setup) -> None:  # type: ignore[no-untyped-def]
+    _, _, rules, state = setup
+    alertd = Alertd(rules, state)
+    try:
+        alertd.wait_log("alertd started")
+        rules.write_text(rules.read_text() + "  - {name: extra, metric: lr, condition: '<= 0'}\n")
+        alertd.proc.send_signal(signal.SIGHUP)
+        alertd.wait_log("rules reloaded: 3 rules (2 unchanged)")
+        rules.write_text("rules: [{name: broken, metric: x, condition: maybe}]\n")
+        alertd.proc.send_signal(signal.SIGHUP)
+        alertd.wait_log("reload refused, the running rules stay")
+        assert "unknown condition 'maybe'" in alertd.logs()
+        assert alertd.stop() == 0
+    finally:
+        alertd.stop(signal.SIGKILL)

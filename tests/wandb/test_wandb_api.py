@@ -246,3 +246,28 @@ async def test_unknown_project_is_a_clear_error(fake: FakeWandb) -> None:
     with pytest.raises(SourceError, match="project me/nope not found") as err:
         await WandbSource(cfg).poll(T0)
     assert not err.value.recoverable
+
+
+def test_dry_run_over_the_api_reports_a_nan_at_its_step(fake: FakeWandb) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rows = [row(i, **{"train/loss": 2.0 - i / 100}) for i in range(30)]
+    rows[17]["train/loss"] = "NaN"  # As W&B's JSON carries it.
+    fake.add_run(FakeRun("r1", "brave-owl-1", state="finished", history=rows))
+    rules = Path(__file__).resolve().parents[2] / "rules" / "default.yaml"
+    env = {**os.environ, "WANDB_BASE_URL": fake.url, "WANDB_API_KEY": API_KEY}
+    done = subprocess.run(
+        [sys.executable, "-m", "alertd", "dry-run", "--rules", str(rules), "--source", "wandb:me/proj/r1",
+         "--format", "json"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(x) for x in done.stdout.splitlines()]
+    nan = [(x["rule"], x["state"], x["step"]) for x in lines if x["rule"] == "loss_not_finite"]
+    assert nan == [("loss_not_finite", "firing", 17), ("loss_not_finite", "resolved", 18)]
+    assert lines[0]["labels"]["run"] == "me/proj/r1" and lines[0]["labels"]["run_name"] == "brave-owl-1"
+    assert API_KEY not in done.stdout + done.stderr
