@@ -51,8 +51,8 @@ def main() -> None:
         [sys.executable, __file__, "--child", str(rules), str(work / "state")],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=open(work / "alertd.log", "wb"),
-    )  # noqa: SIM115
+        stderr=open(work / "alertd.log", "wb"),  # noqa: SIM115 - the child owns it until it exits
+    )
     from alertd.testing.tbwriter import ScalarWriter
 
     writer = ScalarWriter(work / "runs" / "exp1")
