@@ -32,12 +32,12 @@ from alertd.dispatch.outbox import Outbox, state_dir
 from alertd.dispatch.silences import SilenceStore
 from alertd.errors import ConfigError, SourceError
 from alertd.logs import setup_logging
-from alertd.model import Alert, AlertState, Notification, Sample, SeriesKey, Transition, TransitionKind, make_labels
+from alertd.model import Notification, Sample, SeriesKey, Transition, TransitionKind, make_labels
 from alertd.notify.base import Notifier
 from alertd.notify.registry import build_notifier
-from alertd.persist import StateStore, rule_fingerprint
+from alertd.persist import StateStore
+from alertd.rules.carry import carry_over, fingerprint, restored, rule_fingerprints
 from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
-from alertd.rules.state import Track, next_event
 from alertd.sources.base import Source
 from alertd.sources.config import SourceConfig
 from alertd.sources.registry import build_source
@@ -130,14 +130,8 @@ class Service:
 
     def _restore(self) -> None:
         """Take up the alert states and source cursors saved by the previous run."""
-        rules = self.engine.ruleset.by_name
-        tracks = self.store.load_tracks(_rule_fps(self.engine.ruleset))
-        timers = {}
-        for pair, tr in tracks.items():
-            due = next_event(rules[pair[0]], tr, None)
-            if due is not None:
-                timers[pair] = due
-        self.engine.state = EvalState(tracks, timers, 0, frozenset(rules))
+        tracks = self.store.load_tracks(rule_fingerprints(self.engine.ruleset))
+        self.engine.state = restored(tracks, self.engine.ruleset)
         cursors = self.store.load_cursors()
         for name, source in self.sources.items():
             saved = cursors.get(name)
@@ -154,7 +148,7 @@ class Service:
             cursor = getattr(source, "cursor", None)
             if cursor is not None:
                 cursors[name] = (_config_fp(self.config.sources, name) or "", cursor())
-        self.store.save(self.engine.state.tracks, _rule_fps(self.engine.ruleset), cursors, self.clock.now())
+        self.store.save(self.engine.state.tracks, rule_fingerprints(self.engine.ruleset), cursors, self.clock.now())
 
     def reload(self) -> list[str]:
         """Load the rules files again. On an error, say what is wrong and keep the running rules."""
@@ -166,17 +160,9 @@ class Service:
             return errors
         old = self.engine
         ruleset = RuleSet(config.rules)
-        old_fps, new_fps = _rule_fps(old.ruleset), _rule_fps(ruleset)
-        kept = {name for name, fp in new_fps.items() if old_fps.get(name) == fp}
-        tracks = {p: t for p, t in old.state.tracks.items() if p[0] in kept}
-        timers = {p: t for p, t in old.state.timers.items() if p[0] in kept}
-        for series in old.buffer:  # New and changed rules start from now, not from the buffered past.
-            for rule in ruleset.for_series(series.key):
-                if rule.name not in kept:
-                    tr = tracks[(rule.name, series.key)] = Track()
-                    tr.generation, tr.position = series.generation, series.end
+        state, kept = carry_over(old.state, old.ruleset, ruleset, old.buffer)
         old.buffer.limits = config.buffer
-        self.engine = Engine(config, old.buffer, ruleset, EvalState(tracks, timers, old.state.version, frozenset(kept)))
+        self.engine = Engine(config, old.buffer, ruleset, state)
         self._reconfigure(old.config, config)
         log.info("rules reloaded: %d rules (%d unchanged)", len(config.rules), len(kept))
         return []
@@ -349,15 +335,9 @@ class Service:
         self._submit(ev.transitions, now)
 
     def _submit(self, transitions: Sequence[Transition], now: float) -> None:
-        """Hand transitions to the dispatcher. An alert that fired and resolved within one batch (a NaN
-        followed by finite values in one poll) is still notified as firing: it is submitted in two phases."""
         assert self.dispatcher is not None
         alerts = {a.fingerprint: a for a in self.engine.state.alerts(self.engine.ruleset.rules)}
-        phases = _phases(transitions)
-        for phase in phases[:-1]:
-            fired = {t.fingerprint: _alert_of(t) for t in phase if t.state is TransitionKind.FIRING}
-            self.dispatcher.submit(phase, fired | alerts, now)
-        self.dispatcher.submit(phases[-1], alerts, now)
+        self.dispatcher.submit(transitions, alerts, now)
         self._wake.set()
 
     async def tick(self) -> None:
@@ -476,34 +456,9 @@ async def _quietly(coro: object) -> None:
         log.warning("while closing: %s", exc)
 
 
-def _phases(transitions: Sequence[Transition]) -> list[list[Transition]]:
-    """Cut the transitions before each resolution of an alert that fired earlier in the same list."""
-    phases: list[list[Transition]] = [[]]
-    fired: set[str] = set()
-    for t in transitions:
-        if t.state is TransitionKind.RESOLVED and t.fingerprint in fired:
-            phases.append([])
-            fired = set()
-        if t.state is TransitionKind.FIRING:
-            fired.add(t.fingerprint)
-        phases[-1].append(t)
-    return phases
-
-
-def _alert_of(t: Transition) -> Alert:
-    active = t.active_at if t.active_at is not None else t.time
-    return Alert(
-        t.rule, AlertState.FIRING, t.labels, t.severity, t.value, t.step, t.time, active, t.time, t.annotations
-    )
-
-
-def _rule_fps(ruleset: RuleSet) -> dict[str, str]:
-    return {r.name: rule_fingerprint(repr(r)) for r in ruleset.rules}
-
-
 def _config_fp(sources: Sequence[SourceConfig], name: str) -> str | None:
     cfg = next((s for s in sources if s.name == name), None)
-    return None if cfg is None else rule_fingerprint(cfg.model_dump_json())
+    return None if cfg is None else fingerprint(cfg.model_dump_json())
 
 
 def _log_transition(t: Transition) -> None:

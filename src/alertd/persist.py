@@ -8,7 +8,6 @@ again, a firing alert does not fire again, and a pending `for:` keeps its start 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import sqlite3
@@ -23,11 +22,6 @@ from alertd.rules.state import Track
 log = logging.getLogger(__name__)
 VERSION = 1
 _FIELDS = ("streak", "cond", "clock", "active_at", "fired_at", "keep_since", "last_time", "step", "time")
-
-
-def rule_fingerprint(config_json: str) -> str:
-    """A short, stable digest of one rule's configuration."""
-    return hashlib.sha256(config_json.encode()).hexdigest()[:16]
 
 
 class StateStore:

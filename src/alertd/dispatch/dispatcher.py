@@ -16,7 +16,7 @@ from alertd.dispatch.pipeline import Backoff, Delivery, DeliveryCounters, Outcom
 from alertd.dispatch.plan import Plan, PlanState, plan
 from alertd.dispatch.routes import InhibitRule, Route
 from alertd.dispatch.silences import SilenceStore
-from alertd.model import Alert, Transition
+from alertd.model import Alert, AlertState, Transition, TransitionKind
 from alertd.notify.base import Notifier
 
 LOG_RETENTION = 5 * 86400.0
@@ -52,7 +52,19 @@ class Dispatcher:
         return self.delivery.counters
 
     def submit(self, transitions: Sequence[Transition], alerts: Mapping[str, Alert] | None, now: float) -> Plan:
-        """Plan what is due at `now` and write it, with the notification log, to the outbox."""
+        """Plan what is due at `now` and write it, with the notification log, to the outbox.
+
+        An alert that fired and resolved within these transitions (a NaN followed by finite values in
+        one poll) is still notified as firing: the transitions are planned in phases, cut before each
+        such resolution, with the alert counted as firing in the earlier phase.
+        """
+        phases = _phases(transitions)
+        for phase in phases[:-1]:
+            fired = {t.fingerprint: _alert_of(t) for t in phase if t.state is TransitionKind.FIRING}
+            self._plan(phase, fired | dict(alerts or {}), now)
+        return self._plan(phases[-1], alerts, now)
+
+    def _plan(self, transitions: Sequence[Transition], alerts: Mapping[str, Alert] | None, now: float) -> Plan:
         result = plan(
             self._state,
             transitions=transitions,
@@ -96,3 +108,35 @@ class Dispatcher:
         log = {k: e for k, e in self._state.log.items() if e.firing or e.sent_at >= now - LOG_RETENTION}
         self._state = PlanState(self._state.groups, log)
         self.silences.prune(now - LOG_RETENTION)
+
+
+def _phases(transitions: Sequence[Transition]) -> list[list[Transition]]:
+    """Cut the transitions before each resolution of an alert that fired earlier in the same list."""
+    phases: list[list[Transition]] = [[]]
+    fired: set[str] = set()
+    for t in transitions:
+        if t.state is TransitionKind.RESOLVED and t.fingerprint in fired:
+            phases.append([])
+            fired = set()
+        if t.state is TransitionKind.FIRING:
+            fired.add(t.fingerprint)
+        phases[-1].append(t)
+    return phases
+
+
+def _alert_of(t: Transition) -> Alert:
+    """The firing alert a firing transition stands for."""
+    active = t.active_at if t.active_at is not None else t.time
+    return Alert(
+        t.rule,
+        AlertState.FIRING,
+        t.labels,
+        t.severity,
+        t.value,
+        t.step,
+        t.time,
+        active,
+        t.time,
+        t.annotations,
+        t.notify,
+    )

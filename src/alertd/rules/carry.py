@@ -1,0 +1,48 @@
+"""Carrying alert state across a reload or a restart (pure)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+from alertd.buffer import SeriesBuffer
+from alertd.rules.evaluate import EvalState, PairKey, RuleSet
+from alertd.rules.state import Track, next_event
+
+
+def fingerprint(text: str) -> str:
+    """A short, stable digest of a definition's text."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def rule_fingerprints(ruleset: RuleSet) -> dict[str, str]:
+    """A digest of each rule's whole definition: equal digests, same rule."""
+    return {r.name: fingerprint(repr(r)) for r in ruleset.rules}
+
+
+def carry_over(prev: EvalState, old: RuleSet, new: RuleSet, buffer: SeriesBuffer) -> tuple[EvalState, set[str]]:
+    """The state for `new` rules after a reload, and the names of the rules that did not change.
+
+    Unchanged rules keep their alerts, streaks and timers. New and changed rules start from now: their
+    tracks begin at the end of each series they watch, so the buffered past is not judged again.
+    """
+    old_fps, new_fps = rule_fingerprints(old), rule_fingerprints(new)
+    kept = {name for name, fp in new_fps.items() if old_fps.get(name) == fp}
+    tracks = {p: t for p, t in prev.tracks.items() if p[0] in kept}
+    timers = {p: t for p, t in prev.timers.items() if p[0] in kept}
+    for series in buffer:
+        for rule in new.for_series(series.key):
+            if rule.name not in kept:
+                tr = tracks[(rule.name, series.key)] = Track()
+                tr.generation, tr.position = series.generation, series.end
+    return EvalState(tracks, timers, prev.version, frozenset(kept)), kept
+
+
+def restored(tracks: Mapping[PairKey, Track], ruleset: RuleSet) -> EvalState:
+    """The state for tracks read back after a restart (their positions refer to an empty buffer)."""
+    timers = {}
+    for pair, tr in tracks.items():
+        due = next_event(ruleset.by_name[pair[0]], tr, None)
+        if due is not None:
+            timers[pair] = due
+    return EvalState(dict(tracks), timers, 0, frozenset(ruleset.by_name))
