@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import signal
 from collections.abc import Sequence
@@ -26,13 +25,14 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from alertd.buffer import SeriesBuffer
 from alertd.clock import Clock, SystemClock
 from alertd.config import Config, load_config
+from alertd.dispatch.announce import announcements
 from alertd.dispatch.dispatcher import Dispatcher
-from alertd.dispatch.matchers import alert_label_map
 from alertd.dispatch.outbox import Outbox, state_dir
 from alertd.dispatch.silences import SilenceStore
-from alertd.errors import ConfigError, SourceError
+from alertd.errors import ConfigError
+from alertd.health import SourceHealth
 from alertd.logs import setup_logging
-from alertd.model import Notification, Sample, SeriesKey, Transition, TransitionKind, make_labels
+from alertd.model import Sample, SeriesKey, Transition, TransitionKind, make_labels
 from alertd.notify.base import Notifier
 from alertd.notify.registry import build_notifier
 from alertd.persist import StateStore
@@ -47,21 +47,6 @@ log = logging.getLogger("alertd")
 SOURCE_UP = "alertd.source.up"
 SAVE_EVERY = 10.0
 """Seconds between two saves of the alert states and source cursors (and on every clean stop)."""
-BACKOFF_MAX = 300.0
-
-
-@dataclass
-class SourceHealth:
-    """What the service knows about one source's polls."""
-
-    failures: int = 0
-    retry_at: float = 0.0
-    last_poll: float | None = None
-    last_error: str | None = None
-    samples: int = 0
-    errors: int = 0
-    lag: float | None = None
-    busy: bool = False
 
 
 @dataclass
@@ -117,7 +102,7 @@ class Service:
         """Build the sources, notifiers and dispatcher, and take up the state of the previous run."""
         config = self.config
         self.sources = {s.name: build_source(s) for s in config.sources}
-        self.health = {name: SourceHealth() for name in self.sources}
+        self.health = {name: SourceHealth(name, src.interval) for name, src in self.sources.items()}
         self.notifiers = {name: self._notifier(name, cfg) for name, cfg in config.notifiers.items()}
         self.dispatcher = Dispatcher(
             route=config.route.to_route(),
@@ -174,7 +159,7 @@ class Service:
         for cfg in new.sources:
             if cfg.name not in self.sources:
                 self.sources[cfg.name] = build_source(cfg)
-                self.health[cfg.name] = SourceHealth()
+                self.health[cfg.name] = SourceHealth(cfg.name, cfg.interval)
                 self._schedule_source(cfg.name)
         for name, ncfg in new.notifiers.items():
             if name not in self.notifiers or old.notifiers.get(name) != ncfg:
@@ -224,48 +209,12 @@ class Service:
 
     async def _kill_report(self, report: Any) -> None:
         """Tell people what the kill notifier did: a notification to every other receiver the alert routes to."""
-        summary = report.summary()
-        log.warning("%s", summary, extra={"rule": report.rule, "pid": report.pid})
+        log.warning("%s", report.summary(), extra={"rule": report.rule, "pid": report.pid})
         assert self.dispatcher is not None
-        alert = next(
-            (a for a in self.engine.state.alerts(self.engine.ruleset.rules) if a.fingerprint == report.fingerprint),
-            None,
-        )
-        labels = dict(alert.labels) if alert else {}
-        labels |= {"action": "kill", "notifier": report.notifier}
-        severity = alert.severity if alert else "critical"
-        now = self.clock.now()
-        t = Transition(
-            report.rule,
-            TransitionKind.FIRING,
-            now,
-            alert.step if alert else None,
-            alert.value if alert else math.nan,
-            make_labels(labels),
-            severity,
-            (("summary", summary),),
-            now,
-        )
-        routes = self.dispatcher.route.match(alert_label_map(report.rule, t.labels, severity))
-        receivers = {
-            r
-            for route in routes
-            for r in route.receivers
-            if getattr(self.config.notifiers.get(r), "type", None) not in ("kill", "stop_file")
-        }
-        stamp = "-".join(f"{s.name}{s.time:.3f}" for s in report.signals) or ("refused" if report.refused else "dry")
-        notes = [
-            Notification(
-                r,
-                f"kill:{report.fingerprint}",
-                (),
-                "firing",
-                (t,),
-                f"kill:{report.fingerprint}:{report.notifier}:{stamp}:{r}",
-                now,
-            )
-            for r in sorted(receivers)
-        ]
+        alerts = self.engine.state.alerts(self.engine.ruleset.rules)
+        alert = next((a for a in alerts if a.fingerprint == report.fingerprint), None)
+        actions = [n for n, cfg in self.config.notifiers.items() if cfg.type in ("kill", "stop_file")]
+        notes = announcements(report, alert, self.dispatcher.route, actions, self.clock.now())
         self.dispatcher.outbox.commit_plan(notes, {})
         self._wake.set()
 
@@ -275,41 +224,20 @@ class Service:
         """One scheduled poll of one source, with backoff after failures."""
         source, health = self.sources[name], self.health[name]
         now = self.clock.now()
-        if health.busy or now < health.retry_at:
+        if not health.due(now):
             return
         health.busy = True
         try:
             samples = list(await source.poll(now))
         except Exception as exc:  # A source never crashes the service.
-            self._source_failed(name, health, exc, now)
+            health.failed(exc, now)
             samples = []
         else:
-            self._source_ok(name, health, samples, now)
+            health.succeeded(samples, now)
         finally:
             health.busy = False
         up = Sample(SeriesKey(SOURCE_UP, make_labels({"source": name})), now, None, 0.0 if health.failures else 1.0)
         self.ingest([*samples, up], now)
-
-    def _source_failed(self, name: str, health: SourceHealth, exc: Exception, now: float) -> None:
-        recoverable = exc.recoverable if isinstance(exc, SourceError) else True
-        health.failures += 1
-        health.errors += 1
-        delay = min(BACKOFF_MAX, self.sources[name].interval * 2 ** min(health.failures, 10))
-        if not recoverable:
-            delay = BACKOFF_MAX
-        health.retry_at = now + delay
-        message = f"{type(exc).__name__}: {exc}"
-        if message != health.last_error:
-            log.error("source %s failed: %s (retry in %.0fs)", name, message, delay, extra={"source": name})
-        health.last_error = message
-
-    def _source_ok(self, name: str, health: SourceHealth, samples: list[Sample], now: float) -> None:
-        if health.failures:
-            log.info("source %s recovered after %d failed polls", name, health.failures, extra={"source": name})
-        health.failures, health.last_error, health.last_poll = 0, None, now
-        health.samples += len(samples)
-        if samples:
-            health.lag = now - max(s.time for s in samples)
 
     def ingest(self, samples: list[Sample], now: float) -> None:
         """Append samples, evaluate at `now`, and hand the transitions to the dispatcher."""

@@ -1,0 +1,56 @@
+"""What the service knows about each source's polls, and how long it waits after a failure."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from alertd.errors import SourceError
+from alertd.model import Sample
+
+log = logging.getLogger("alertd")
+
+BACKOFF_MAX = 300.0
+"""The longest wait between two polls of a failing source (and the wait after a non-recoverable error)."""
+
+
+@dataclass
+class SourceHealth:
+    """One source's polls: failures in a row, when to try again, counters for the API and /metrics."""
+
+    name: str
+    interval: float
+    failures: int = 0
+    retry_at: float = 0.0
+    last_poll: float | None = None
+    last_error: str | None = None
+    samples: int = 0
+    errors: int = 0
+    lag: float | None = None
+    busy: bool = False
+
+    def due(self, now: float) -> bool:
+        """Whether a poll may start now (none is running, no backoff is pending)."""
+        return not self.busy and now >= self.retry_at
+
+    def failed(self, exc: Exception, now: float) -> None:
+        """A poll failed: back off (doubling the interval, at most BACKOFF_MAX); log when the error changes."""
+        self.failures += 1
+        self.errors += 1
+        recoverable = exc.recoverable if isinstance(exc, SourceError) else True
+        delay = min(BACKOFF_MAX, self.interval * 2 ** min(self.failures, 10)) if recoverable else BACKOFF_MAX
+        self.retry_at = now + delay
+        message = f"{type(exc).__name__}: {exc}"
+        if message != self.last_error:
+            log.error("source %s failed: %s (retry in %.0fs)", self.name, message, delay, extra={"source": self.name})
+        self.last_error = message
+
+    def succeeded(self, samples: Sequence[Sample], now: float) -> None:
+        """A poll worked: reset the backoff, count the samples, note the lag of the newest."""
+        if self.failures:
+            log.info("source %s recovered after %d failed polls", self.name, self.failures, extra={"source": self.name})
+        self.failures, self.last_error, self.last_poll = 0, None, now
+        self.samples += len(samples)
+        if samples:
+            self.lag = now - max(s.time for s in samples)
