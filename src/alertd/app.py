@@ -116,7 +116,7 @@ class Service:
     def _restore(self) -> None:
         """Take up the alert states and source cursors saved by the previous run."""
         tracks = self.store.load_tracks(rule_fingerprints(self.engine.ruleset))
-        self.engine.state = restored(tracks, self.engine.ruleset)
+        self.engine.state = restored(tracks, self.engine.ruleset, self.engine.buffer)
         cursors = self.store.load_cursors()
         for name, source in self.sources.items():
             saved = cursors.get(name)

@@ -16,6 +16,7 @@ route: {{receivers: [console], group_wait: 0s, group_interval: 1s}}
 rules:
   - {{name: cold, metric: util, condition: "< 40", for: 10m}}
   - {{name: nan, metric: loss, condition: nonfinite}}
+  - {{name: rising, metric: ppl, condition: increasing, consecutive: 3}}
 {extra}
 """
 UTIL = SeriesKey("util", make_labels({"gpu": "0", "source": "s"}))
@@ -79,6 +80,19 @@ def test_a_firing_alert_is_not_notified_again_after_a_restart(tmp_path: Path) ->
     second.close()
 
 
+def test_a_rising_streak_goes_on_across_a_restart(tmp_path: Path) -> None:
+    ppl = SeriesKey("ppl", make_labels({"run": "a", "source": "s"}))
+    clock = FakeClock(1000.0)
+    first = service(tmp_path, clock)
+    first.ingest([Sample(ppl, 1000.0 + i, i, v) for i, v in enumerate([20.0, 21.0, 22.0])], 1002.0)  # two rises
+    assert "rising" not in alerts(first)
+    first.close()
+    second = service(tmp_path, clock)
+    second.ingest([Sample(ppl, 1010.0, 3, 23.0)], 1010.0)  # the third rise, after the restart
+    assert alerts(second)["rising"][0] is AlertState.FIRING
+    second.close()
+
+
 def test_reload_keeps_unchanged_rules_and_refuses_a_bad_file(tmp_path: Path) -> None:
     clock = FakeClock(1000.0)
     s = service(tmp_path, clock)
@@ -87,13 +101,13 @@ def test_reload_keeps_unchanged_rules_and_refuses_a_bad_file(tmp_path: Path) -> 
 
     write_rules(tmp_path, extra="  - {name: new, metric: loss, condition: '> 100'}\n")
     assert s.reload() == []
-    assert {r.name for r in s.engine.ruleset.rules} == {"cold", "nan", "new"}
+    assert {r.name for r in s.engine.ruleset.rules} == {"cold", "nan", "rising", "new"}
     assert alerts(s) == before  # Unchanged rules keep their states.
 
     (tmp_path / "rules.yaml").write_text("rules:\n  - {name: broken, metric: x, condition: sometimes}\n")
     errors = s.reload()
     assert len(errors) == 1 and "rules[0].condition: unknown condition 'sometimes'" in errors[0]
-    assert {r.name for r in s.engine.ruleset.rules} == {"cold", "nan", "new"}  # The old rules still run.
+    assert {r.name for r in s.engine.ruleset.rules} == {"cold", "nan", "rising", "new"}  # The old rules still run.
     s.close()
 
 

@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Mapping
 
 from alertd.buffer import SeriesBuffer
+from alertd.model import Sample, SeriesKey
 from alertd.rules.evaluate import EvalState, PairKey, RuleSet
 from alertd.rules.state import Track, next_event
 
@@ -38,11 +39,24 @@ def carry_over(prev: EvalState, old: RuleSet, new: RuleSet, buffer: SeriesBuffer
     return EvalState(tracks, timers, prev.version, frozenset(kept)), kept
 
 
-def restored(tracks: Mapping[PairKey, Track], ruleset: RuleSet) -> EvalState:
-    """The state for tracks read back after a restart (their positions refer to an empty buffer)."""
+def restored(tracks: Mapping[PairKey, Track], ruleset: RuleSet, buffer: SeriesBuffer) -> EvalState:
+    """The state for tracks read back after a restart, into a new, empty buffer.
+
+    Each series gets back the last sample its tracks saw, so that the next sample still has a previous
+    one (an `increasing` streak goes on across the restart); the tracks start after it.
+    """
+    last: dict[SeriesKey, Track] = {}
+    for (_, key), tr in tracks.items():
+        if tr.last_time is not None and (key not in last or tr.time > last[key].time):
+            last[key] = tr
+    buffer.append([Sample(key, tr.time, tr.step, tr.value) for key, tr in last.items()])
+    for (_, key), tr in tracks.items():
+        series = buffer.get(key)
+        if series is not None:
+            tr.generation, tr.position = series.generation, series.end
     timers = {}
     for pair, tr in tracks.items():
         due = next_event(ruleset.by_name[pair[0]], tr, None)
         if due is not None:
             timers[pair] = due
-    return EvalState(dict(tracks), timers, 0, frozenset(ruleset.by_name))
+    return EvalState(dict(tracks), timers, buffer.version, frozenset(ruleset.by_name))
