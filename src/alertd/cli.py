@@ -15,7 +15,7 @@ from alertd.dryrun import dumps, replay, transition_text
 from alertd.errors import ConfigError, SourceError
 from alertd.model import Sample
 from alertd.rules.evaluate import RuleSet
-from alertd.sources.config import SourceConfig, TensorBoardConfig, WandbConfig, WandbDirConfig
+from alertd.sources.config import SamplesConfig, SourceConfig, TensorBoardConfig, WandbConfig, WandbDirConfig
 from alertd.sources.registry import REPLAYABLE, build_source
 from alertd.sources.samples import read_samples
 
@@ -169,8 +169,6 @@ def _source_from_spec(cfg: Config, spec: str) -> SourceConfig:
         if kind == "wandb_dir":
             return WandbDirConfig(type="wandb_dir", name=name, path=location)
         if kind == "samples":
-            from alertd.sources.config import SamplesConfig
-
             return SamplesConfig(type="samples", name=name, path=location)
         if kind == "wandb":
             parts = location.split("/")

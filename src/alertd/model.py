@@ -115,6 +115,16 @@ class Transition:
         """A stable identity of the alert (rule and labels), as Alertmanager's fingerprint."""
         return alert_fingerprint(self.rule, self.labels)
 
+    @property
+    def since(self) -> float:
+        """When the alert became active (its start), or the transition's time where that is unknown."""
+        return self.active_at if self.active_at is not None else self.time
+
+    @property
+    def firing_id(self) -> tuple[str, float]:
+        """One firing of one alert: its fingerprint and start. Repeats and re-sends share it."""
+        return (self.fingerprint, self.since)
+
 
 @dataclass(frozen=True, slots=True)
 class Alert:

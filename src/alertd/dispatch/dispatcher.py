@@ -126,7 +126,6 @@ def _phases(transitions: Sequence[Transition]) -> list[list[Transition]]:
 
 def _alert_of(t: Transition) -> Alert:
     """The firing alert a firing transition stands for."""
-    active = t.active_at if t.active_at is not None else t.time
     return Alert(
         t.rule,
         AlertState.FIRING,
@@ -135,7 +134,7 @@ def _alert_of(t: Transition) -> Alert:
         t.value,
         t.step,
         t.time,
-        active,
+        t.since,
         t.time,
         t.annotations,
         t.notify,

@@ -182,7 +182,6 @@ def _resolved_now(t: Transition, now: float) -> Transition:
 
 def transition_of(alert: Alert) -> Transition:
     """The firing transition standing for a firing alert the planner has not seen fire (a restart)."""
-    notify = alert.notify
     return Transition(
         rule=alert.rule,
         state=TransitionKind.FIRING,
@@ -193,7 +192,7 @@ def transition_of(alert: Alert) -> Transition:
         severity=alert.severity,
         annotations=alert.annotations,
         active_at=alert.active_at,
-        notify=notify,
+        notify=alert.notify,
     )
 
 
@@ -290,7 +289,7 @@ def _notification(
     # `shown` comes in fingerprint order; the stable sort keeps it among equal (state, time)
     alerts = tuple(sorted(shown, key=lambda t: (t.state is not TransitionKind.FIRING, t.time)))
     status = "firing" if any(_firing(t) for t in alerts) else "resolved"
-    start = min((t.active_at if t.active_at is not None else t.time) for t in alerts)
+    start = min(t.since for t in alerts)
     return Notification(
         receiver=receiver,
         group_key=group.key,

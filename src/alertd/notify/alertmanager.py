@@ -123,7 +123,7 @@ class AlertmanagerNotifier:
     def _track(self, t: Transition, now: float) -> dict[str, Any] | None:
         """Update the firing set for one transition and return what to post for it, if anything."""
         fp = t.fingerprint
-        start = t.active_at if t.active_at is not None else t.time
+        start = t.since
         if t.state is TransitionKind.FIRING:
             known = self._firing.get(fp)
             if (known is not None and known.time > t.time) or self._resolved.get(fp, -1.0) >= t.time:

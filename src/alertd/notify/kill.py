@@ -157,7 +157,7 @@ class KillNotifier:
         for alert in notification.alerts:
             if alert.state is not TransitionKind.FIRING:
                 continue
-            key = (alert.fingerprint, alert.active_at if alert.active_at is not None else alert.time)
+            key = alert.firing_id
             if key in self._acted:
                 log.info("kill %s: already acted on %s (%s), nothing to do", self.name, alert.rule, key[0])
                 continue
@@ -225,7 +225,7 @@ class KillNotifier:
     def _candidates(self, alert: Transition) -> list[_Candidate]:
         target = self.cfg.target
         if target == "writer":
-            born = alert.active_at if alert.active_at is not None else alert.time
+            born = alert.since
             return [_Candidate(self._writer_pid(alert), born, "the alert became active")]
         if target == "pid":
             assert self.cfg.pid is not None

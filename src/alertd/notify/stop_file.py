@@ -43,7 +43,7 @@ class StopFileNotifier:
         for alert in notification.alerts:
             if alert.state is not TransitionKind.FIRING:
                 continue
-            key = (alert.fingerprint, alert.active_at if alert.active_at is not None else alert.time)
+            key = alert.firing_id
             if key in self._done:
                 continue
             try:

@@ -30,7 +30,7 @@ def _common(maps: list[dict[str, str]]) -> dict[str, str]:
 
 def _alert(t: Transition, opts: Options) -> JSON:
     is_firing = firing(t)
-    starts = t.active_at if t.active_at is not None else t.time
+    starts = t.since
     return {
         "status": "firing" if is_firing else "resolved",
         "labels": alert_labels(t),
