@@ -8,14 +8,14 @@ import sys
 import time
 from collections.abc import Sequence
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from alertd.config import Config, load_config
 from alertd.dryrun import dumps, replay, transition_text
 from alertd.errors import ConfigError, SourceError
 from alertd.model import Sample
 from alertd.rules.evaluate import RuleSet
-from alertd.sources.config import SamplesConfig, SourceConfig, TensorBoardConfig, WandbConfig, WandbDirConfig
+from alertd.sources.config import SourceConfig
 from alertd.sources.registry import REPLAYABLE, build_source
 from alertd.sources.samples import read_samples
 
@@ -67,7 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-_SOURCE_HELP = "tensorboard:DIR, wandb_dir:DIR, samples:FILE.jsonl or wandb:ENTITY/PROJECT[/RUN_ID] (repeatable)"
+_SOURCE_HELP = (
+    "tensorboard:DIR, wandb_dir:DIR, samples:FILE.jsonl, textlog:FILE_OR_GLOB, csv:FILE_OR_GLOB, "
+    "mlflow:DIR_OR_URI or wandb:ENTITY/PROJECT[/RUN_ID] (repeatable)"
+)
 
 
 def _check(ns: argparse.Namespace) -> int:
@@ -163,20 +166,25 @@ def _source_from_spec(cfg: Config, spec: str) -> SourceConfig:
     if not sep or not location:
         raise SystemExit(f"alertd: error: --source wants TYPE:LOCATION, got {spec!r} ({_SOURCE_HELP})")
     name = next((s.name for s in cfg.sources if s.type == kind), kind)
+    known: dict[str, dict[str, object]] = {
+        "tensorboard": {"logdir": location},
+        "wandb_dir": {"path": location},
+        "samples": {"path": location},
+        "textlog": {"path": location},
+        "csv": {"path": location},
+        "mlflow": {"tracking_uri": location, "runs": "all"},
+    }
+    fields = known.get(kind)
+    if kind == "wandb":
+        parts = location.split("/")
+        fields = {"project": "/".join(parts[:2]), "runs": [parts[2]] if len(parts) == 3 else "all"}
+    if fields is None:
+        raise SystemExit(f"alertd: error: unknown source type {kind!r} ({_SOURCE_HELP})")
     try:
-        if kind == "tensorboard":
-            return TensorBoardConfig(type="tensorboard", name=name, logdir=location)
-        if kind == "wandb_dir":
-            return WandbDirConfig(type="wandb_dir", name=name, path=location)
-        if kind == "samples":
-            return SamplesConfig(type="samples", name=name, path=location)
-        if kind == "wandb":
-            parts = location.split("/")
-            runs: str | list[str] = [parts[2]] if len(parts) == 3 else "all"
-            return WandbConfig(type="wandb", name=name, project="/".join(parts[:2]), runs=runs)  # type: ignore[arg-type]
+        adapter: TypeAdapter[SourceConfig] = TypeAdapter(SourceConfig)
+        return adapter.validate_python({"type": kind, "name": name, **fields})
     except ValidationError as exc:
         raise SystemExit(f"alertd: error: --source {spec!r}: {exc.errors()[0]['msg']}") from exc
-    raise SystemExit(f"alertd: error: unknown source type {kind!r} ({_SOURCE_HELP})")
 
 
 def _run(ns: argparse.Namespace) -> int:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator, model_validator
 
-from alertd.config_types import Duration, SourceConfigBase
+from alertd.config_types import Duration, SourceConfigBase, Strict
+from alertd.userregex import compile_user_regex
 
 
 class TensorBoardConfig(SourceConfigBase):
@@ -70,4 +71,99 @@ class SamplesConfig(SourceConfigBase):
     path: str
 
 
-SourceConfig = TensorBoardConfig | NvmlConfig | WandbConfig | WandbDirConfig | SamplesConfig
+class TextPattern(Strict):
+    """A user pattern of a text log: a regex whose named groups are values (RE2 syntax, linear time).
+
+    `(?P<loss>\\S+)` yields the metric `loss` (or `metrics[loss]` when renamed); a group named `step`
+    is the step. A line that a pattern matches is not parsed by the built-in shapes.
+    """
+
+    regex: str
+    metrics: dict[str, str] = Field(default_factory=dict)
+    """Group name -> metric name, for groups whose metric is not named like the group."""
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        rx = compile_user_regex(value)
+        if not rx.groupindex:
+            raise ValueError(f"regex {value!r} has no named group: name each value, as in (?P<loss>\\S+)")
+        return value
+
+    @model_validator(mode="after")
+    def _known_groups(self) -> TextPattern:
+        unknown = sorted(set(self.metrics) - set(compile_user_regex(self.regex).groupindex))
+        if unknown:
+            raise ValueError(f"metrics names group(s) {unknown} that the regex does not have")
+        return self
+
+
+class TextEvent(Strict):
+    """A line that matches `regex` is the event `name` (a sample of `log.event{event=NAME}`, value 1).
+
+    A `fatal` event means the run crashed (`run.crashed` = 1).
+    """
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    regex: str
+    fatal: bool = False
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        compile_user_regex(value)
+        return value
+
+
+class TextLogConfig(SourceConfigBase):
+    """Tails plain-text logs (`path`: a file or a glob, `**` too), parsing the shapes trainers print."""
+
+    type: Literal["textlog"]
+    path: str = Field(min_length=1)
+    builtin: bool = True
+    """Parse the built-in shapes (key=value, key: value, dicts and JSON objects, progress-bar postfixes)."""
+    patterns: list[TextPattern] = Field(default_factory=list)
+    events: list[TextEvent] = Field(default_factory=list)
+    builtin_events: bool = True
+    """Recognise tracebacks, CUDA out of memory, NCCL timeouts, `Killed` and `nan detected`."""
+
+
+class CsvConfig(SourceConfigBase):
+    """Tails CSV metric files (`path`: a file or a glob), as Lightning's and LitGPT's CSVLogger write them."""
+
+    type: Literal["csv"]
+    path: str = Field(min_length=1)
+    step_column: str = "step"
+
+
+class MlflowConfig(SourceConfigBase):
+    """Reads MLflow runs: a local file store (`mlruns/`) or a tracking server over its REST API.
+
+    `tracking_uri` defaults to MLFLOW_TRACKING_URI; the token to MLFLOW_TRACKING_TOKEN, or basic auth
+    from MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD. Neither is ever logged.
+    """
+
+    type: Literal["mlflow"]
+    interval: Duration = 10.0
+    tracking_uri: str | None = None
+    experiments: list[str] | None = None
+    """Experiment ids or names to watch (all when absent)."""
+    runs: Literal["running", "all"] = "running"
+    """Tracking server: runs to read (`running`: active ones, plus each one's end)."""
+    token: SecretStr | None = None
+    page_size: int = Field(default=1000, ge=1, le=25000)
+    max_retries: int = Field(default=4, ge=0, le=20)
+    max_retry_wait: Duration = 60.0
+    timeout: Duration = 30.0
+
+
+SourceConfig = (
+    TensorBoardConfig
+    | NvmlConfig
+    | WandbConfig
+    | WandbDirConfig
+    | SamplesConfig
+    | TextLogConfig
+    | CsvConfig
+    | MlflowConfig
+)

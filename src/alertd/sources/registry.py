@@ -13,9 +13,12 @@ SOURCES: dict[str, str] = {
     "wandb": "alertd.sources.wandb_api:WandbSource",
     "wandb_dir": "alertd.sources.wandb_dir:WandbDirSource",
     "samples": "alertd.sources.samples:SamplesSource",
+    "textlog": "alertd.sources.textlog:TextLogSource",
+    "csv": "alertd.sources.csvfile:CsvSource",
+    "mlflow": "alertd.sources.mlflow:MlflowSource",
 }
 
-REPLAYABLE = ("tensorboard", "wandb_dir", "wandb", "samples")
+REPLAYABLE = ("tensorboard", "wandb_dir", "wandb", "samples", "textlog", "csv", "mlflow")
 """Source types that hold history a dry-run can replay (NVML only knows the present)."""
 
 

@@ -1,0 +1,220 @@
+"""Follow one growing text file by path, as `tail -F` does: only new bytes are read, whole lines come out.
+
+- A last line without its terminator is not returned until it is complete. A line longer than
+  `max_line` bytes is cut there (the rest of it, up to its end, is dropped and counted).
+- Rotation by rename (`train.log` -> `train.log.1`, a new `train.log`): the open file is read to its
+  end, its unterminated last line included (its writer has moved on), then the new file from its start.
+- Rotation by copy-truncate, or any rewrite: the file shrinking below the offset read, or its first
+  line changing, starts it over from byte 0; `Chunk.reset` says so (a CSV reader then skips the rows
+  it has already seen).
+- Invalid UTF-8 is replaced (U+FFFD), never fatal.
+- With `bars=True`, a carriage return ends a line too, as a progress bar (tqdm) redraws itself with
+  `\\r`: each distinct state of a bar is returned once, an identical redraw is not, and a line that a
+  carriage return began (a bar's state) keeps one `\\r` in front so a parser can tell it from a log line.
+- Only regular files are opened, without blocking (a FIFO named like a log is refused and reported).
+- A read takes at most `max_read` bytes; `read()` loops until the file is caught up.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+MAX_LINE = 64 << 10
+MAX_READ = 8 << 20
+HEAD = 256
+"""Bytes of the file's start remembered to notice a rewrite that left the file as long as before."""
+
+
+class NotRegularFile(OSError):
+    """The path is a FIFO, a device, a socket or a directory: never opened for reading."""
+
+
+@dataclass(slots=True)
+class Chunk:
+    """What one `read()` found: complete lines, in order, and whether the file started over first."""
+
+    lines: list[str] = field(default_factory=list)
+    reset: bool = False
+    retired: dict[str, object] | None = None
+    """After a rotation by rename: the cursor of the old file, read to its end (to follow it under its new name)."""
+
+
+class LineTail:
+    """One file followed by path. Not thread-safe: the owning source serialises calls."""
+
+    def __init__(self, path: str, *, bars: bool = False, max_line: int = MAX_LINE, max_read: int = MAX_READ) -> None:
+        self.path = path
+        self.bars = bars
+        self.max_line = max_line
+        self.max_read = max_read
+        self.offset = 0
+        self.ident: tuple[int, int] | None = None
+        self.head = b""
+        self.cut_lines = 0
+        self._fd: int | None = None
+        self._skipping = False
+        self._last_bar = ""
+        self._after_cr = False
+        self._size = -1
+        self._mtime = -1
+
+    # lifecycle
+
+    def close(self) -> None:
+        """Release the open file (a later `read()` opens it again)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def cursor(self) -> dict[str, object]:
+        """Where reading stands, as JSON-able data."""
+        ident = list(self.ident) if self.ident else None
+        return {"offset": self.offset, "ident": ident, "head": self.head.hex()}
+
+    def restore(self, cursor: dict[str, object]) -> None:
+        """Resume from a `cursor()`: checked against the file at the next read (a different file starts over)."""
+        ident = cursor.get("ident")
+        self.ident = (int(ident[0]), int(ident[1])) if isinstance(ident, list) and len(ident) == 2 else None
+        self.offset = int(cursor.get("offset", 0))  # type: ignore[call-overload]
+        self.head = bytes.fromhex(str(cursor.get("head", "")))
+        self._skipping, self._size, self._mtime = False, -1, -1
+
+    # reading
+
+    def read(self) -> Chunk:
+        """The complete lines written since the last call.
+
+        Raises FileNotFoundError when there is no file (and none open), NotRegularFile for a FIFO or
+        device, and OSError when it can't be read; the caller retries at its next poll.
+        """
+        chunk = Chunk()
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            if self._fd is None:
+                raise
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            self.close()
+            raise NotRegularFile(errno.EINVAL, "not a regular file", self.path)
+        if self._fd is not None and (st is None or (st.st_dev, st.st_ino) != self.ident):
+            self._drain(chunk)  # rotated by rename (or deleted): finish the old file
+            chunk.retired = self.cursor()
+            if st is None:
+                return chunk
+            self.ident, self.offset, self.head, self._skipping = None, 0, b"", False
+        assert st is not None
+        if self._fd is None:
+            self._open(st, chunk)
+        if st.st_size == self._size and st.st_mtime_ns == self._mtime:
+            return chunk
+        if st.st_size < self.offset or not self._head_matches():
+            log.info("%s was truncated or rewritten; reading it from the start", self.path)
+            self.offset, self.head, self._skipping, self._last_bar = 0, b"", False, ""
+            chunk.reset = True
+        while self.offset < st.st_size:
+            data = os.pread(self._fd_or_raise(), min(st.st_size - self.offset, self.max_read), self.offset)
+            if not data:
+                break
+            if self.offset < HEAD and len(self.head) < HEAD:
+                self._remember_head(data)
+            consumed = self._split(data, chunk.lines, final=False)
+            self.offset += consumed
+            if consumed == 0:
+                break
+        self._size, self._mtime = st.st_size, st.st_mtime_ns
+        return chunk
+
+    def _fd_or_raise(self) -> int:
+        if self._fd is None:
+            raise OSError(errno.EBADF, "file not open", self.path)
+        return self._fd
+
+    def _open(self, st: os.stat_result, chunk: Chunk) -> None:
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fst = os.fstat(fd)
+        if not stat.S_ISREG(fst.st_mode):
+            os.close(fd)
+            raise NotRegularFile(errno.EINVAL, "not a regular file", self.path)
+        ident = (fst.st_dev, fst.st_ino)
+        if self.ident is not None and ident != self.ident:
+            log.info("%s is another file than the one read before; reading it from the start", self.path)
+            self.offset, self.head = 0, b""
+            chunk.reset = True
+        self._fd, self.ident = fd, ident
+        self._size, self._mtime = -1, -1
+
+    def _drain(self, chunk: Chunk) -> None:
+        fd = self._fd_or_raise()
+        try:
+            while True:
+                data = os.pread(fd, self.max_read, self.offset)
+                if not data:
+                    break
+                self.offset += self._split(data, chunk.lines, final=len(data) < self.max_read)
+        finally:
+            self.close()
+        log.info("%s was rotated; now reading the new file", self.path)
+
+    def _head_matches(self) -> bool:
+        if not self.head or self.offset == 0:
+            return True
+        return os.pread(self._fd_or_raise(), len(self.head), 0) == self.head
+
+    def _remember_head(self, data: bytes) -> None:
+        end = min(HEAD, self.offset + len(data))
+        self.head = (self.head + data[len(self.head) - self.offset : end - self.offset])[:HEAD]
+
+    # splitting
+
+    def _split(self, data: bytes, out: list[str], final: bool) -> int:
+        """Append the complete lines of `data` to `out`; return how many bytes they took.
+
+        `final`: the writer is gone, so a last unterminated line is complete too.
+        """
+        seps = b"\r\n" if self.bars else b"\n"
+        end = max(data.rfind(sep) for sep in seps) + 1 if not final else len(data)
+        if end == 0:
+            if self._skipping:  # still inside an overlong line
+                return len(data)
+            if len(data) >= self.max_line:  # an overlong line: keep its start, drop the rest up to its end
+                self._emit(data[: self.max_line], out, bar=False)
+                self.cut_lines += 1
+                self._skipping = True
+                return len(data)
+            return 0
+        pos = 0
+        while pos < end:
+            nl = data.find(b"\n", pos, end)
+            cr = data.find(b"\r", pos, end) if self.bars else -1
+            stop = min(i for i in (nl, cr, end) if i >= 0)
+            line = data[pos:stop]
+            if self._skipping:
+                self._skipping = False
+            elif line:
+                if len(line) > self.max_line:
+                    line = line[: self.max_line]
+                    self.cut_lines += 1
+                self._emit(line, out, self._after_cr)
+            self._after_cr = stop == cr
+            pos = stop + 1
+        return end
+
+    def _emit(self, raw: bytes, out: list[str], bar: bool) -> None:
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        if self.bars:
+            state = text.strip()
+            if not state:
+                return
+            if bar and state == self._last_bar:  # the same bar state drawn again
+                return
+            self._last_bar = state if bar else ""
+            if bar:
+                text = "\r" + text
+        out.append(text)

@@ -1,0 +1,6 @@
+"""The `textlog` source: plain-text training logs (and `alertd exec`'s child output) as samples."""
+
+from alertd.sources.textlog.parse import FileState, LineParser, Parsed
+from alertd.sources.textlog.source import TextLogSource
+
+__all__ = ["FileState", "LineParser", "Parsed", "TextLogSource"]

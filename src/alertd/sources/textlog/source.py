@@ -1,0 +1,201 @@
+"""The `textlog` source: tails plain-text training logs and turns their lines into samples.
+
+- Files: `path` is a file or a glob (see `alertd.sources.globs`), matched again at every poll, so
+  new logs are picked up. Each file is followed by a `LineTail` (new bytes only; partial last lines
+  wait; rotation by rename and by copy-truncate followed; progress bars' `\\r` redraws read once each).
+  A file rotated by rename that the glob still matches (`logs/*` and `train.log.1`) is not read again.
+- Lines: see `alertd.sources.textlog.parse` for the shapes, steps, times and events.
+- Samples: metric = the key as printed (or the user pattern's metric), labels `source` and `run`
+  (the file's path relative to the glob's directory part); time = the line's own timestamp, else
+  when it was read. An event is a sample of `log.event{event=NAME}` = 1; a fatal one also gives
+  `run.crashed` = 1 and `run.finished` = 1 for the file's run (as the W&B sources report a crash).
+- Bounds: at most MAX_SERIES metric names per file (more are dropped, warned about once); lines are
+  cut at 64 KiB; a FIFO or device named like a log is refused with a warning, never opened.
+- `cursor()` / `restore()`: per file, the byte offset, identity, the start of the file and the step
+  counter, so a restarted service neither reads a line twice nor restarts its counter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from alertd.model import Sample, SeriesKey, make_labels
+from alertd.sources.config import TextLogConfig
+from alertd.sources.globs import glob_base, matching_files, run_of
+from alertd.sources.linetail import LineTail, NotRegularFile
+from alertd.sources.textlog.parse import FileState, LineParser, Parsed, event_patterns, value_patterns
+
+log = logging.getLogger(__name__)
+
+EVENT = "log.event"
+MAX_SERIES = 1000
+"""Distinct metric names one file may create; a log printing ever new keys can't exhaust memory."""
+_RETIRED = 1024
+"""Rotated-away files remembered (by inode) so that a glob matching them does not read them again."""
+
+
+class _File:
+    """One followed log: its tail, its parse state and its series keys."""
+
+    __slots__ = ("error", "keys", "labels", "overflow", "path", "run", "state", "tail")
+
+    def __init__(self, path: str, run: str, source: str) -> None:
+        self.path = path
+        self.run = run
+        self.tail = LineTail(path, bars=True)
+        self.state = FileState()
+        self.labels = make_labels({"source": source, "run": run})
+        self.keys: dict[str, SeriesKey] = {}
+        self.overflow = False
+        self.error = ""
+
+    def key(self, metric: str, extra: tuple[tuple[str, str], ...] = ()) -> SeriesKey | None:
+        """The series of `metric` in this file; None past MAX_SERIES names (warned about once)."""
+        name = f"{metric}\x00{extra}" if extra else metric
+        key = self.keys.get(name)
+        if key is None:
+            if len(self.keys) >= MAX_SERIES:
+                if not self.overflow:
+                    log.warning("%s: more than %d metric names; new ones are dropped", self.path, MAX_SERIES)
+                    self.overflow = True
+                return None
+            labels = make_labels((*self.labels, *extra)) if extra else self.labels
+            key = self.keys[name] = SeriesKey(metric, labels)
+        return key
+
+
+class TextLogSource:
+    """Tails the text logs `cfg.path` names (see the module docstring)."""
+
+    def __init__(self, cfg: TextLogConfig) -> None:
+        self.name = cfg.name
+        self.interval = cfg.interval
+        self.pattern = cfg.path
+        self.base = glob_base(cfg.path)
+        self.parser = LineParser(
+            builtin=cfg.builtin,
+            patterns=value_patterns(cfg.patterns),
+            events=event_patterns(cfg.events),
+            builtin_events=cfg.builtin_events,
+        )
+        self.lines_read = 0
+        self._files: dict[str, _File] = {}
+        self._retired: OrderedDict[tuple[int, int], dict[str, object]] = OrderedDict()
+        self._restore: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    async def poll(self, now: float) -> Sequence[Sample]:
+        """The samples of the lines written since the previous poll (file I/O in a worker thread)."""
+        return await asyncio.to_thread(self.read_new, now)
+
+    async def aclose(self) -> None:
+        """Close the files held open."""
+        with self._lock:
+            for f in self._files.values():
+                f.tail.close()
+
+    def read_new(self, now: float) -> list[Sample]:
+        """One poll, synchronously."""
+        with self._lock:
+            out: list[Sample] = []
+            for f in list(self._files.values()):  # known files first: a rotation is seen before its new name
+                self._read(f, now, out)
+            for path in matching_files(self.pattern):
+                if path not in self._files:
+                    self._read(self._add(path), now, out)
+            return out
+
+    def parse_lines(self, f: _File, lines: Sequence[str], now: float, out: list[Sample]) -> None:
+        """The samples of `lines` of file `f` (also used for a child's output under `alertd exec`)."""
+        parse = self.parser.parse
+        for line in lines:
+            p = parse(line, f.state)
+            if p.values or p.events:
+                self._samples(f, p, now, out)
+        self.lines_read += len(lines)
+
+    # files
+
+    def _add(self, path: str) -> _File:
+        f = _File(path, run_of(path, self.base), self.name)
+        saved = self._restore.pop(path, None)
+        if isinstance(saved, dict):
+            f.tail.restore(saved.get("tail", {}))
+            f.state = FileState.from_json(saved.get("parse"))
+        else:
+            try:
+                st = os.stat(path)
+                retired = self._retired.pop((st.st_dev, st.st_ino), None)
+            except OSError:
+                retired = None
+            if retired is not None:  # the rotated-away file under its new name: already read
+                f.tail.restore(retired)
+        self._files[path] = f
+        log.debug("tailing %s (run %s)", path, f.run)
+        return f
+
+    def _read(self, f: _File, now: float, out: list[Sample]) -> None:
+        try:
+            chunk = f.tail.read()
+        except FileNotFoundError:
+            f.tail.close()
+            del self._files[f.path]
+            return
+        except NotRegularFile:
+            self._warn(f, "is not a regular file (a FIFO or a device?); not read")
+            return
+        except OSError as exc:
+            self._warn(f, f"can't be read: {exc.strerror or exc}; retrying at the next poll")
+            return
+        f.error = ""
+        if chunk.retired is not None:
+            ident = chunk.retired.get("ident")
+            if isinstance(ident, list):
+                self._retired[(int(ident[0]), int(ident[1]))] = chunk.retired
+                while len(self._retired) > _RETIRED:
+                    self._retired.popitem(last=False)
+        if chunk.lines:
+            self.parse_lines(f, chunk.lines, now, out)
+
+    def _warn(self, f: _File, message: str) -> None:
+        if f.error != message:
+            log.warning("log file %s %s", f.path, message)
+            f.error = message
+
+    def _samples(self, f: _File, p: Parsed, now: float, out: list[Sample]) -> None:
+        t = p.time if p.time is not None else now
+        for metric, value in p.values:
+            key = f.key(metric)
+            if key is not None:
+                out.append(Sample(key, t, p.step, value))
+        step = p.step if p.step is not None else f.state.last_step
+        for ev in p.events:
+            key = f.key(EVENT, (("event", ev.name),))
+            if key is not None:
+                out.append(Sample(key, t, step, 1.0))
+        if any(ev.fatal for ev in p.events):
+            for metric in ("run.crashed", "run.finished"):
+                key = f.key(metric)
+                if key is not None:
+                    out.append(Sample(key, t, step, 1.0))
+
+    # restart
+
+    def cursor(self) -> dict[str, Any]:
+        """Per file path: the tail's cursor and the parse state."""
+        with self._lock:
+            cur = dict(self._restore)
+            for path, f in self._files.items():
+                cur[path] = {"tail": f.tail.cursor(), "parse": f.state.to_json()}
+            return cur
+
+    def restore(self, cursor: dict[str, Any]) -> None:
+        """Resume from a `cursor()`: each file is checked against it when first seen again."""
+        with self._lock:
+            self._restore = {str(k): v for k, v in cursor.items() if isinstance(v, dict)}

@@ -1,0 +1,164 @@
+"""LineTail: whole lines only, new bytes only, rotation (rename and copy-truncate), bars, bad bytes, FIFOs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from tqdm import tqdm
+
+from alertd.sources.linetail import LineTail, NotRegularFile
+
+
+def append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def test_only_complete_lines_and_only_new_bytes(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"step=1 loss=2.0\nstep=2 lo")
+    tail = LineTail(str(log))
+    assert tail.read().lines == ["step=1 loss=2.0"]
+    assert tail.read().lines == []  # the cut line waits
+    append(log, b"ss=1.9\n")
+    assert tail.read().lines == ["step=2 loss=1.9"]
+    assert tail.offset == log.stat().st_size
+    assert tail.read().lines == []
+
+
+def test_a_line_cut_at_every_byte_of_a_write_is_read_once_whole(tmp_path: Path) -> None:
+    data = "step=7 loss=nan ñ\n".encode()
+    for cut in range(1, len(data)):
+        log = tmp_path / f"cut{cut}.log"
+        log.write_bytes(data[:cut])
+        tail = LineTail(str(log))
+        first = tail.read().lines
+        append(log, data[cut:])
+        assert first + tail.read().lines == ["step=7 loss=nan ñ"], cut
+
+
+def test_invalid_utf8_is_replaced_not_fatal(tmp_path: Path) -> None:
+    log = tmp_path / "bad.log"
+    log.write_bytes(b"loss=\xff\xfe1.0 step=3\nloss=2.0\n")
+    assert LineTail(str(log)).read().lines == ["loss=\ufffd\ufffd1.0 step=3", "loss=2.0"]
+
+
+def test_rotation_by_rename_reads_the_old_file_to_its_end_then_the_new_one(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("step=1 loss=1\n")
+    tail = LineTail(str(log))
+    assert tail.read().lines == ["step=1 loss=1"]
+    append(log, b"step=2 loss=2\nstep=3 loss=3")  # the writer's last line, unterminated, then it rotates
+    os.rename(log, tmp_path / "train.log.1")
+    log.write_text("step=4 loss=4\n")
+    chunk = tail.read()
+    assert chunk.lines == ["step=2 loss=2", "step=3 loss=3", "step=4 loss=4"]
+    assert chunk.retired is not None and chunk.retired["offset"] == (tmp_path / "train.log.1").stat().st_size
+    append(log, b"step=5 loss=5\n")
+    assert tail.read().lines == ["step=5 loss=5"]
+
+
+def test_rotation_by_copy_truncate_starts_over_without_repeating(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"step={i} loss=1\n" for i in range(100)))
+    tail = LineTail(str(log))
+    assert len(tail.read().lines) == 100
+    shutil.copyfile(log, tmp_path / "train.log.1")  # logrotate's copytruncate: copy, then truncate in place
+    with open(log, "r+b") as f:
+        f.truncate(0)
+    append(log, b"step=100 loss=nan\n")
+    chunk = tail.read()
+    assert chunk.reset and chunk.lines == ["step=100 loss=nan"]
+
+
+def test_a_rewrite_that_leaves_the_file_longer_is_noticed_by_its_first_line(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("run A step=1 loss=1\n")
+    tail = LineTail(str(log))
+    assert tail.read().lines == ["run A step=1 loss=1"]
+    with open(log, "r+b") as f:  # truncated and written again between two reads, longer than before
+        f.truncate(0)
+        f.write(b"run B step=1 loss=5\nrun B step=2 loss=nan\n")
+    chunk = tail.read()
+    assert chunk.reset and chunk.lines == ["run B step=1 loss=5", "run B step=2 loss=nan"]
+
+
+def test_a_real_tqdm_bar_gives_each_state_once_and_its_last_state_once(tmp_path: Path) -> None:
+    log = tmp_path / "bar.log"
+    with open(log, "w") as f:
+        bar = tqdm(total=3, file=f, mininterval=0, ascii=True, bar_format="{n}/{total} {postfix}")
+        tail = LineTail(str(log), bars=True)
+        seen: list[str] = []
+        for i, loss in enumerate(("2.5", "nan", "2.1")):
+            bar.set_postfix_str(f"loss={loss}", refresh=False)
+            bar.update(1)
+            f.flush()
+            seen += tail.read().lines
+            assert i == 0 or any("loss=" in s for s in seen)
+        bar.close()
+        f.write("done\n")
+    seen += tail.read().lines
+    states = [s.strip() for s in seen]
+    assert [s for s in states if "loss=" in s] == ["1/3 , loss=2.5", "2/3 , loss=nan", "3/3 , loss=2.1"]
+    assert states[-1] == "done"
+
+
+def test_a_redrawn_identical_bar_state_is_not_read_twice(tmp_path: Path) -> None:
+    log = tmp_path / "bar.log"
+    log.write_bytes(b"\r 10% loss=2.0\r 10% loss=2.0\r 20% loss=1.9\r 20% loss=1.9   \n")
+    assert [s.strip() for s in LineTail(str(log), bars=True).read().lines] == ["10% loss=2.0", "20% loss=1.9"]
+
+
+def test_identical_log_lines_are_all_read(tmp_path: Path) -> None:
+    log = tmp_path / "same.log"
+    log.write_text("loss=nan\nloss=nan\n")
+    assert LineTail(str(log), bars=True).read().lines == ["loss=nan", "loss=nan"]
+
+
+def test_an_overlong_line_is_cut_and_the_next_one_read(tmp_path: Path) -> None:
+    log = tmp_path / "long.log"
+    log.write_bytes(b"x" * 5000)
+    tail = LineTail(str(log), max_line=1000)
+    first = tail.read().lines
+    append(log, b"y" * 5000 + b"\nloss=nan\n")
+    lines = first + tail.read().lines
+    assert lines == ["x" * 1000, "loss=nan"]
+    assert tail.cut_lines == 1
+
+
+def test_a_fifo_named_like_a_log_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "train.log"
+    os.mkfifo(fifo)
+    with pytest.raises(NotRegularFile):
+        LineTail(str(fifo)).read()
+
+
+def test_cursor_restore_resumes_and_a_different_file_starts_over(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("step=1 loss=1\n")
+    tail = LineTail(str(log))
+    tail.read()
+    saved = tail.cursor()
+    tail.close()
+    append(log, b"step=2 loss=2\n")
+    again = LineTail(str(log))
+    again.restore(saved)
+    assert again.read().lines == ["step=2 loss=2"]
+    again.close()
+    log.unlink()
+    log.write_text("a new run\n")  # same name, another file
+    third = LineTail(str(log))
+    third.restore(saved)
+    chunk = third.read()
+    assert chunk.reset and chunk.lines == ["a new run"]
+
+
+def test_a_big_backlog_is_read_in_bounded_pieces(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    log.write_text("".join(f"step={i} loss=1.0\n" for i in range(20000)))
+    tail = LineTail(str(log), max_read=4096)
+    lines = tail.read().lines
+    assert len(lines) == 20000 and lines[-1] == "step=19999 loss=1.0"
