@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 MAX_LINE = 64 << 10
 MAX_READ = 8 << 20
 HEAD = 256
+_SEPARATORS = re.compile(r"(\r|\n)")
 """Bytes of the file's start remembered to notice a rewrite that left the file as long as before."""
 
 
@@ -184,17 +186,20 @@ class LineTail:
             if self._skipping:  # still inside an overlong line
                 return len(data)
             if len(data) >= self.max_line:  # an overlong line: keep its start, drop the rest up to its end
-                self._emit(data[: self.max_line], out, bar=False)
+                self._emit(data[: self.max_line].decode("utf-8", "replace"), out, bar=False)
                 self.cut_lines += 1
                 self._skipping = True
                 return len(data)
             return 0
-        pos = 0
-        while pos < end:
-            nl = data.find(b"\n", pos, end)
-            cr = data.find(b"\r", pos, end) if self.bars else -1
-            stop = min(i for i in (nl, cr, end) if i >= 0)
-            line = data[pos:stop]
+        text = data[:end].decode("utf-8", "replace")
+        if self.bars and "\r" in text:
+            parts = _SEPARATORS.split(text)
+            segments, seps = parts[0::2], parts[1::2]
+        else:
+            segments, seps = text.split("\n"), []
+        if not segments[-1]:
+            segments.pop()  # what follows the last terminator: nothing
+        for i, line in enumerate(segments):
             if self._skipping:
                 self._skipping = False
             elif line:
@@ -202,12 +207,11 @@ class LineTail:
                     line = line[: self.max_line]
                     self.cut_lines += 1
                 self._emit(line, out, self._after_cr)
-            self._after_cr = stop == cr
-            pos = stop + 1
+            self._after_cr = i < len(seps) and seps[i] == "\r"
         return end
 
-    def _emit(self, raw: bytes, out: list[str], bar: bool) -> None:
-        text = raw.decode("utf-8", "replace").rstrip("\r")
+    def _emit(self, line: str, out: list[str], bar: bool) -> None:
+        text = line.rstrip("\r")
         if self.bars:
             state = text.strip()
             if not state:

@@ -23,6 +23,7 @@ ANSI escape sequences (colours, cursor moves) are removed first.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -43,8 +44,8 @@ MAX_VALUES = 256
 _ANSI = re.compile(r"\x1b\[[0-?]*+[ -/]*+[@-~]|\x1b\][^\x07\x1b]*+(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 _NUM = r"[-+]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?|[-+]?(?i:nan|inf(?:inity)?)(?:\.0)?"
 _END = r"(?![\w.:/])"
-_KV = re.compile(rf"(?<![\w./-])([A-Za-z_][\w./-]*+)\s*+=\s*+({_NUM}){_END}")
-_KCOLON = re.compile(rf"(?<![\w./-])([A-Za-z_][\w./-]*+):\s*+({_NUM}){_END}")
+_PAIR = re.compile(rf"(?<![\w./-])([A-Za-z_][\w./-]*+)(?:\s*+=|:)\s*+({_NUM}){_END}")
+"""`key=value` and `key: value` (no blank before the colon, so `12:00:01` and `a : b` are not pairs)."""
 _DICT_PAIR = re.compile(rf"""['"]([^'"\n]{{1,200}}+)['"]\s*+:\s*+['"]?({_NUM})['"]?{_END}""")
 _TIME = re.compile(r"\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?\s?(Z|[+-]\d\d:?\d\d)?(?![\d])")
 
@@ -67,16 +68,19 @@ class ValuePattern:
 
 
 BUILTIN_EVENTS: tuple[EventPattern, ...] = (
-    EventPattern("traceback", compile_user_regex(r"^\s*Traceback \(most recent call last\):"), True),
-    EventPattern("cuda_oom", compile_user_regex(r"CUDA out of memory|OutOfMemoryError"), True),
+    # Our own patterns, so Python's `re`: each is literal text or bounded, linear on any line.
+    EventPattern("traceback", re.compile(r"^\s*+Traceback \(most recent call last\):"), True),
+    EventPattern("cuda_oom", re.compile(r"CUDA out of memory|OutOfMemoryError"), True),
     EventPattern(
         "nccl_timeout",
-        compile_user_regex(r"Watchdog caught collective operation timeout|NCCL[^\n]*(?:[Tt]imeout|timed out)"),
+        re.compile(r"^(?=.*NCCL)(?=.*(?:[Tt]imeout|timed out))|Watchdog caught collective operation timeout"),
         True,
     ),
-    EventPattern("killed", compile_user_regex(r"^\s*Killed\s*$"), True),
-    EventPattern("nan_detected", compile_user_regex(r"(?i)\bnan (?:detected|found)|detected nan"), False),
+    EventPattern("killed", re.compile(r"^\s*+Killed\s*+$"), True),
+    EventPattern("nan_detected", re.compile(r"(?i)\bnan (?:detected|found)|detected nan"), False),
 )
+_BUILTIN_HINTS = ("Traceback", "out of memory", "OutOfMemoryError", "NCCL", "Watchdog", "Killed", "etected", "found")
+"""Text that every built-in event's line holds: most lines need no more than these substring tests."""
 
 
 @dataclass(slots=True)
@@ -129,7 +133,8 @@ class LineParser:
     ) -> None:
         self.builtin = builtin
         self.patterns = tuple(patterns)
-        self.events = (*events, *(BUILTIN_EVENTS if builtin_events else ()))
+        self.events = tuple(events)
+        self.builtin_events = builtin_events
 
     def parse(self, line: str, state: FileState) -> Parsed:
         """One line (without its terminator). Updates `state` (counter, last step and time).
@@ -143,6 +148,8 @@ class LineParser:
         if t is not None:
             state.last_time = t
         out = Parsed(time=state.last_time)
+        if self.builtin_events and any(hint in text for hint in _BUILTIN_HINTS):
+            out.events += [ev for ev in BUILTIN_EVENTS if ev.regex.search(text)]
         for ev in self.events:
             if ev.regex.search(text):
                 out.events.append(ev)
@@ -187,10 +194,8 @@ def builtin_values(text: str) -> list[tuple[str, float]]:
         pairs = _object_values(text[start : text.rfind("}") + 1])
         if pairs:
             return pairs[:MAX_VALUES]
-    if "=" in text:
-        pairs = [(k, _float(v)) for k, v in _KV.findall(text)]
-    if ":" in text:
-        pairs += [(k, _float(v)) for k, v in _KCOLON.findall(text)]
+    if "=" in text or ":" in text:
+        pairs = [(k, _float(v)) for k, v in _PAIR.findall(text)]
     return pairs[:MAX_VALUES]
 
 
@@ -217,7 +222,15 @@ def leading_time(text: str) -> float | None:
     if m is None:
         return None
     year, month, day, hour, minute, sec, frac, zone = m.groups()
-    iso = f"{year}-{month}-{day}T{hour}:{minute}:{sec}.{(frac or '0')[:6]}"
+    whole = _epoch(f"{year}-{month}-{day}T{hour}:{minute}:{sec}", zone)
+    if whole is None:
+        return None
+    return whole + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+@functools.lru_cache(maxsize=64)
+def _epoch(iso: str, zone: str | None) -> float | None:
+    """Epoch seconds of a whole-second ISO time (cached: consecutive lines share their second)."""
     if zone:
         iso += "+00:00" if zone == "Z" else (zone if ":" in zone else f"{zone[:3]}:{zone[3:]}")
     try:
