@@ -100,7 +100,8 @@ def main() -> None:
                     greps.append(grep_seconds(big))
         poll, grep_poll = statistics.median(polls), statistics.median(greps)
         print(
-            f"textlog poll after 1 new line on a {size_mb:.0f} MB log: {poll * 1e3:.3f} ms (median of 51; target < 1 ms); "
+            f"textlog poll after 1 new line on a {size_mb:.0f} MB log: {poll * 1e3:.3f} ms (median of 51; "
+            "target < 1 ms); "
             f"anchor grep -ci nan re-reading the file: {grep_poll * 1e3:.1f} ms; ratio {grep_poll / poll:.0f}x"
         )
 
