@@ -8,6 +8,7 @@ Everything runs in one worker thread; `cancel` stops it between samples and betw
 from __future__ import annotations
 
 import asyncio
+import glob
 import json
 import math
 import os
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from pydantic import TypeAdapter
 
 from alertd.api_models import MAX_TIME
 from alertd.config import Config, _merge, _validate
@@ -27,7 +29,7 @@ from alertd.dryrun import replay, transition_json
 from alertd.errors import ConfigError, Problem, SourceError
 from alertd.model import Notification, Sample, Transition, format_time
 from alertd.rules.evaluate import RuleSet
-from alertd.sources.config import SourceConfig, TensorBoardConfig, WandbDirConfig
+from alertd.sources.config import SourceConfig
 from alertd.sources.registry import build_source
 from alertd.sources.samples import SampleLineError, parse_sample, parse_time, read_samples
 from alertd.yamlfile import parse_yaml
@@ -99,11 +101,10 @@ class DryRunJob:
     def _from_source(self, kind: str, path: str) -> list[Sample]:
         if kind == "samples":
             return self._read_file(path)
-        cfg: SourceConfig
-        if kind == "tensorboard":
-            cfg = TensorBoardConfig(type="tensorboard", name="dry-run", logdir=path)
-        else:
-            cfg = WandbDirConfig(type="wandb_dir", name="dry-run", path=path)
+        if kind in ("textlog", "csv") and glob.has_magic(path):
+            raise DryRunError(400, [f"a {kind} dry-run reads one file: no wildcards in the path"])
+        location = {"tensorboard": "logdir", "mlflow": "tracking_uri"}.get(kind, "path")
+        cfg = TypeAdapter(SourceConfig).validate_python({"type": kind, "name": "dry-run", location: path})
         return asyncio.run(_poll_once(cfg))
 
     def _read_file(self, path: str) -> list[Sample]:

@@ -198,9 +198,10 @@ class ReloadOut(BaseModel):
 
 
 class DryRunSourceIn(_In):
-    """Recorded data on the server, under one of the allowed roots."""
+    """Recorded data on the server, under one of the allowed roots: a logdir or a run directory, one
+    samples, text-log or CSV file (no glob), or an MLflow file store (`mlruns/`; no tracking server)."""
 
-    type: Literal["tensorboard", "wandb_dir", "samples"]
+    type: Literal["tensorboard", "wandb_dir", "samples", "textlog", "csv", "mlflow"]
     path: str = Field(min_length=1, max_length=4096)
 
 

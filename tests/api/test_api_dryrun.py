@@ -201,3 +201,23 @@ async def test_slow_dry_run_times_out(tmp_path: Path) -> None:
         assert r.status_code == 504
         assert "longer than 0.05s" in r.json()["errors"][0]
         assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_a_text_log_under_an_allowed_root(tmp_path: Path, receiver: Receiver) -> None:
+    env = make_env(tmp_path)
+    root = tmp_path / "allowed"
+    root.mkdir()
+    (root / "train.log").write_text("step=10 train/loss=2.5\nstep=20 train/loss=nan\n")
+    rules = dry_rules(receiver.port)
+    service = Service([str(env.rules)], state=env.state)
+    async with serving(service, dry_run_roots=[str(root)]) as client:
+        body = {"rules": rules, "source": {"type": "textlog", "path": "train.log"}}
+        r = await client.post("/api/v1/dry-run", json=body)
+        assert r.status_code == 200, r.text
+        assert [(t["state"], t["step"], t["labels"]["run"]) for t in r.json()["transitions"]] == [
+            ("firing", 20, "train.log")
+        ]
+        body = {"rules": rules, "source": {"type": "textlog", "path": "*.log"}}
+        r = await client.post("/api/v1/dry-run", json=body)
+        assert r.status_code == 400 and "no wildcards" in r.json()["errors"][0]
+    assert receiver.requests == []
