@@ -180,8 +180,8 @@ class LineTail:
 
         `final`: the writer is gone, so a last unterminated line is complete too.
         """
-        seps = b"\r\n" if self.bars else b"\n"
-        end = max(data.rfind(sep) for sep in seps) + 1 if not final else len(data)
+        terminators = b"\r\n" if self.bars else b"\n"
+        end = max(data.rfind(sep) for sep in terminators) + 1 if not final else len(data)
         if end == 0:
             if self._skipping:  # still inside an overlong line
                 return len(data)
