@@ -79,6 +79,7 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "loss_not_finite": 450,
         "val_metric_rising": 500,
         "training_stalled": 520,
+        "nan_in_log": 90,
     }
     expected_times = {
         "gpu_hot": 1300,
@@ -86,6 +87,7 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "gpu_hw_slowdown": 2060,
         "gpu_ecc_errors": 2500,
         "run_crashed": 4000,
+        "nan_in_log": 4500,
         "gpu_underutilized": 4800,
         "source_failing": 5130,
         "gpu_lost": 6500,
