@@ -9,10 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from alertd.model import Sample
-from alertd.sources.config import TextLogConfig
-from alertd.sources.textlog import TextLogSource
-
 WRITERS = Path(__file__).resolve().parents[1] / "writers"
 
 
@@ -42,13 +38,3 @@ def hf_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lightning_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real Lightning run (TQDM bar, CSVLogger) whose train_loss turns NaN at step 12 of 20: its console output."""
     return run_writer("lightning_run.py", tmp_path_factory.mktemp("lightning"), "--steps", "20", "--nan-at", "12")
-
-
-def source(path: str | Path, **kw: object) -> TextLogSource:
-    """A textlog source named `log` on `path`."""
-    return TextLogSource(TextLogConfig.model_validate({"type": "textlog", "name": "log", "path": str(path), **kw}))
-
-
-def by_metric(samples: list[Sample], metric: str) -> list[tuple[int | None, float]]:
-    """(step, value) of one metric's samples, in order."""
-    return [(s.step, s.value) for s in samples if s.series.metric == metric]

@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from textlog_helpers import by_metric, source
+
 from alertd.sources.textlog.source import MAX_SERIES
-from conftest import by_metric, source
 
 
 def test_a_glob_finds_logs_as_they_appear_each_its_own_run(tmp_path: Path) -> None:
