@@ -8,11 +8,12 @@ The story (one training step every 10 s, GPU readings every 10 s, t = seconds af
 - train/loss jumps to 2.5x its median at step 300 (loss_spike) and is NaN at step 450 (loss_not_finite);
 - train/tokens_per_second halves from step 350 (throughput_drop);
 - eval/perplexity, every 50 steps, rises at steps 400, 450 and 500 (val_metric_rising at step 500);
-- the run logs its last step at 520 and goes quiet (training_stalled 10 minutes later, t = 5800);
+- the run logs step 520 and goes quiet for 15 minutes (run_stalled 10 minutes later, t = 5800), then logs
+  steps 521 to 530 from t = 6100 and ends with HF Trainer's summary (`train_runtime`: run_finished at t = 6190);
 - GPU 1 runs above 83 °C from t = 1000 to 1600 (gpu_hot at 1300) and throttles thermally (at 1300);
 - GPU 0 idles below 40 % from t = 3000 (gpu_underutilized at 4800), GPU 3 power-brakes from t = 2000 (1m: 2060);
 - GPU 2 counts 2 new uncorrected ECC errors at t = 2500 and falls off the bus at t = 6500;
-- a W&B run crashes at t = 4000; the `wb` source reports failing from t = 5010 (source_failing at 5130);
+- a W&B run crashes at t = 4000 (run_crashed); the `wb` source reports failing from t = 5010 (source_failing at 5130);
 - a second run's train.log prints `NaN detected` at its step 90, t = 4500 (nan_in_log).
 """
 
@@ -34,8 +35,8 @@ def line(metric: str, labels: dict[str, str], t: float, step: int | None, value:
 def training() -> list[tuple[float, str]]:
     run = {"source": "tb", "run": "gpt-small", "host": "node1", "pid": "4242"}
     out = []
-    for step in range(521):
-        t = step * 10.0
+    for step in range(531):
+        t = step * 10.0 if step <= 520 else 6100.0 + (step - 521) * 10.0
         loss = 3.0 * math.exp(-step / 300) + 0.5
         if step == 300:
             loss *= 2.5
@@ -48,6 +49,7 @@ def training() -> list[tuple[float, str]]:
         if step % 50 == 0:
             ppl = [40, 30, 25, 22, 20, 19, 18, 17, 18.5, 19, 19.5][step // 50]
             out.append((t, line("eval/perplexity", run, t, step, ppl)))
+    out.append((6190.0, line("train_runtime", run, 6190.0, 530, 6190.0)))
     return out
 
 

@@ -248,6 +248,29 @@ def _state_routes(api: APIRouter, service: Any) -> None:
             )
         return out
 
+    @api.get("/runs", response_model=list[m.RunOut])
+    async def runs() -> list[dict[str, Any]]:
+        """Every run alertd knows, most recently active first: state, end reason, writer, steps, times."""
+        out = []
+        for r in service.engine.runs.all():
+            d = r.as_json()
+            out.append(
+                {
+                    "source": d["source"],
+                    "run": d["run"],
+                    "state": d["state"],
+                    "reason": d["reason"],
+                    "exitCode": d["exit_code"],
+                    "writer": d["writer"],
+                    "firstStep": d["first_step"],
+                    "lastStep": d["last_step"],
+                    "firstSample": _time(r.first_time) if r.first_time != float("inf") else None,
+                    "lastSample": _time(r.last_time) if r.last_time != float("-inf") else None,
+                    "endedAt": _time(r.ended_at) if r.ended_at is not None else None,
+                }
+            )
+        return out
+
     @api.get("/series", response_model=m.SeriesList)
     async def series(
         metric: str | None = Query(None, description="glob over metric names", max_length=1000),

@@ -101,6 +101,32 @@ class SourceOut(BaseModel):
     config: dict[str, Any]
 
 
+class WriterOut(BaseModel):
+    """The process writing a run: `verified` when alertd saw it hold the run's file open and own it."""
+
+    host: str
+    pid: int
+    verified: bool
+    alive: bool
+    holding: bool
+
+
+class RunOut(BaseModel):
+    """One run: `state` running, stalled or ended; `reason` finished, crashed, killed or lost once ended."""
+
+    source: str
+    run: str
+    state: str
+    reason: str | None
+    exitCode: int | None
+    writer: WriterOut | None
+    firstStep: int | None
+    lastStep: int | None
+    firstSample: str | None
+    lastSample: str | None
+    endedAt: str | None
+
+
 class SeriesOut(BaseModel):
     """One buffered series; `id` names it in `GET /api/v1/series/{id}`."""
 

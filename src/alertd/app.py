@@ -38,6 +38,7 @@ from alertd.notify.registry import build_notifier
 from alertd.persist import StateStore
 from alertd.rules.carry import carry_over, fingerprint, restored, rule_fingerprints
 from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
+from alertd.runs import RunTracker
 from alertd.sources.base import Source
 from alertd.sources.config import SourceConfig
 from alertd.sources.registry import build_source
@@ -57,6 +58,7 @@ class Engine:
     buffer: SeriesBuffer
     ruleset: RuleSet
     state: EvalState = field(default_factory=EvalState)
+    runs: RunTracker = field(default_factory=RunTracker)
     rule_errors: dict[str, str] = field(default_factory=dict)
     last_eval: float | None = None
     eval_seconds: float = 0.0
@@ -77,7 +79,8 @@ class Service:
         self.paths = list(paths)
         self.clock = clock or SystemClock()
         config = load_config(self.paths)
-        self.engine = Engine(config, SeriesBuffer(config.buffer), RuleSet(config.rules))
+        runs = RunTracker(config.stall_after)
+        self.engine = Engine(config, SeriesBuffer(config.buffer), RuleSet(config.rules), runs=runs)
         self.state_dir = state or state_dir()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.sources: dict[str, Source] = {}
@@ -147,7 +150,8 @@ class Service:
         ruleset = RuleSet(config.rules)
         state, kept = carry_over(old.state, old.ruleset, ruleset, old.buffer)
         old.buffer.limits = config.buffer
-        self.engine = Engine(config, old.buffer, ruleset, state)
+        old.runs.stall_after = config.stall_after
+        self.engine = Engine(config, old.buffer, ruleset, state, old.runs)
         self._reconfigure(old.config, config)
         log.info("rules reloaded: %d rules (%d unchanged)", len(config.rules), len(kept))
         return []
@@ -240,7 +244,10 @@ class Service:
         self.ingest([*samples, up], now)
 
     def ingest(self, samples: list[Sample], now: float) -> None:
-        """Append samples, evaluate at `now`, and hand the transitions to the dispatcher."""
+        """Append samples and what they say of their runs, evaluate at `now`, hand the transitions on."""
+        derived = self.engine.runs.observe(samples)
+        if derived:  # series of their own (or `run.finished` where no source wrote it): order kept
+            samples = [*samples, *derived]
         for restart in self.engine.buffer.append(samples, now):
             log.info(
                 "series %s restarted: step %d -> %d, %d samples replaced",
@@ -269,8 +276,12 @@ class Service:
         self._wake.set()
 
     async def tick(self) -> None:
-        """The evaluation tick: time-based conditions and group timers."""
-        self.evaluate(self.clock.now())
+        """The evaluation tick: runs that stalled, time-based conditions and group timers."""
+        now = self.clock.now()
+        stalled = self.engine.runs.tick(now)
+        if stalled:
+            self.engine.buffer.append(stalled, now)
+        self.evaluate(now)
 
     async def _deliveries(self) -> None:
         """Deliver what the outbox holds as soon as it is due; run group timers when they expire."""

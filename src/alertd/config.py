@@ -198,6 +198,13 @@ class BufferConfig(Strict):
     max_age: Duration = 6 * 3600.0
 
 
+class RunsConfig(Strict):
+    """`runs:`: how alertd judges a run's state."""
+
+    stall_after: Duration = Field(default=600.0, gt=0)
+    """A run whose writer lives (or is unknown) and that logs nothing for this long is stalled."""
+
+
 class RulesFile(Strict):
     """One rules file."""
 
@@ -210,6 +217,7 @@ class RulesFile(Strict):
     rules: list[RuleConfig] = Field(default_factory=list)
     buffer: BufferConfig | None = None
     evaluation_interval: Duration | None = None
+    runs: RunsConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -225,6 +233,7 @@ class Config:
     buffer: BufferLimits = field(default_factory=BufferLimits)
     evaluation_interval: float = 1.0
     rule_configs: Mapping[str, RuleConfig] = field(default_factory=dict)
+    stall_after: float = 600.0
 
 
 DEFAULT_RECEIVER = "console"
@@ -273,7 +282,7 @@ def _message(err: Any, doc: Document) -> str:
 
 def _suggest(key: str) -> str | None:
     known: set[str] = set()
-    models = (RulesFile, RuleConfig, RouteConfig, BufferConfig, SpikeSpec, InhibitRuleConfig)
+    models = (RulesFile, RuleConfig, RouteConfig, BufferConfig, RunsConfig, SpikeSpec, InhibitRuleConfig)
     for model in (*models, *get_args(SourceConfig), *get_args(NotifierConfig)):
         known.update(f.alias or name for name, f in model.model_fields.items())
     hits = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
@@ -287,7 +296,7 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
     notifiers: dict[str, NotifierConfig] = {}
     route: tuple[str, RouteConfig] | None = None
     inhibit: list[InhibitRuleConfig] = []
-    buffer, interval = BufferConfig(), 1.0
+    buffer, interval, runs = BufferConfig(), 1.0, RunsConfig()
     for doc, model in parsed:
         for i, src in enumerate(model.sources):
             if src.name in sources:
@@ -315,6 +324,7 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
         inhibit.extend(model.inhibit_rules)
         buffer = model.buffer or buffer
         interval = model.evaluation_interval or interval
+        runs = model.runs or runs
     if not notifiers:
         notifiers[DEFAULT_RECEIVER] = LogConfig(type="log")
     root = route[1] if route else RouteConfig(receivers=sorted(notifiers))
@@ -332,6 +342,7 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
         buffer=BufferLimits(buffer.max_samples, buffer.max_age),
         evaluation_interval=interval,
         rule_configs={name: r for name, (_, _, r) in rules.items()},
+        stall_after=runs.stall_after,
     )
 
 

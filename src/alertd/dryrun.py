@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from alertd.buffer import BufferLimits, SeriesBuffer
 from alertd.model import Restart, Sample, Transition, format_time, format_value
 from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
+from alertd.runs import RunTracker
 
 CHUNK = 256
 """Samples fed between two evaluations. Results don't depend on it; memory and speed do."""
@@ -29,31 +30,59 @@ class Replay:
     restarts: list[Restart] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     clock: float = float("-inf")
+    stall_after: float = 600.0
+    live: bool = False
+    """True where `advance` is a live clock (rule unit tests): runs then stall when time passes without data."""
+    runs: RunTracker = field(init=False)
 
     def __post_init__(self) -> None:
         self.buffer = SeriesBuffer(self.limits)
+        self.runs = RunTracker(self.stall_after)
 
     def feed(self, samples: list[Sample]) -> Evaluation:
-        """Append samples (in time order) and evaluate at the newest sample's time."""
+        """Append samples (in time order) and what they say of their runs; evaluate at the newest time.
+
+        There is no live process in a replay: a run is stalled only by a gap inside its data.
+        """
         if samples:
-            self.restarts += self.buffer.append(samples)
+            derived = self.runs.observe(samples)
+            self.restarts += self.buffer.append(_merged(samples, derived))
             self.clock = max(self.clock, samples[-1].time)
+        return self.advance(self.clock)
+
+    def end(self) -> Evaluation:
+        """The data is over: runs that announced a start and never ended are lost."""
+        derived = self.runs.end_of_replay()
+        if derived:
+            self.buffer.append(sorted(derived, key=lambda s: s.time))
         return self.advance(self.clock)
 
     def advance(self, now: float) -> Evaluation:
         """Evaluate at `now` without new samples (time-based changes only)."""
         self.clock = max(self.clock, now)
+        if self.live:
+            derived = self.runs.tick(self.clock)
+            if derived:
+                self.buffer.append(derived)
         ev = evaluate(self.ruleset, self.buffer, self.clock, self.state)
         self.state = ev.state
         self.errors.update(ev.errors)
         return ev
 
 
+def _merged(samples: list[Sample], derived: list[Sample]) -> list[Sample]:
+    return sorted(samples + derived, key=lambda s: s.time) if derived else samples
+
+
 def replay(
-    ruleset: RuleSet, samples: Iterable[Sample], limits: BufferLimits | None = None, until: float | None = None
+    ruleset: RuleSet,
+    samples: Iterable[Sample],
+    limits: BufferLimits | None = None,
+    until: float | None = None,
+    stall_after: float = 600.0,
 ) -> Iterator[Transition]:
     """Every transition the rules make over `samples` (sorted by time here), in time order."""
-    run = Replay(ruleset, limits or BufferLimits())
+    run = Replay(ruleset, limits or BufferLimits(), stall_after=stall_after)
     ordered = sorted((s for s in samples if until is None or s.time <= until), key=lambda s: s.time)
     span = run.limits.max_age / 4
     i = 0
@@ -63,6 +92,7 @@ def replay(
             j -= 1
         yield from run.feed(ordered[i:j]).transitions
         i = j
+    yield from run.end().transitions
     if until is not None:
         yield from run.advance(until).transitions
 

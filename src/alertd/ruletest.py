@@ -154,7 +154,7 @@ def run_test_file(path: str) -> Outcome:
             raise ConfigError(
                 [Problem(path, f"tests[{n}].input_series", str(exc), doc.line_of(("tests", n))[1])]
             ) from exc
-        failed = _run_case(ruleset, config.buffer, case, samples)
+        failed = _run_case(ruleset, config.buffer, case, samples, config.stall_after)
         if failed:
             outcome.failures.append(f"FAIL {path}: {label}\n" + "\n".join(failed))
         else:
@@ -179,8 +179,10 @@ def _inputs(case: TestCase) -> list[Sample]:
     return samples
 
 
-def _run_case(ruleset: RuleSet, limits: Any, case: TestCase, samples: Sequence[Sample]) -> list[str]:
-    replay = Replay(ruleset, limits)
+def _run_case(
+    ruleset: RuleSet, limits: Any, case: TestCase, samples: Sequence[Sample], stall_after: float
+) -> list[str]:
+    replay = Replay(ruleset, limits, stall_after=stall_after, live=True)  # eval times are a live clock
     problems = []
     fed = 0
     for check in sorted(case.alert_rule_test, key=lambda c: c.eval_time):

@@ -202,3 +202,21 @@ async def test_serve_api_refuses_a_busy_port(tmp_path: Path) -> None:
         with pytest.raises(OSError, match="can't listen on"):
             await serve_api(service, f"127.0.0.1:{port}")
         assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_runs_lists_each_run_with_its_state_and_end(tmp_path: Path) -> None:
+    env = make_env(tmp_path)
+    service = Service([str(env.rules)], state=env.state)
+    async with serving(service) as client:
+        now = time.time()
+        labels = {"run": "exp1", "source": "runs"}
+        service.ingest([Sample(SeriesKey("train/loss", make_labels(labels)), now - 5, 10, 2.0)], now)
+        service.ingest([Sample(SeriesKey("train/loss", make_labels({**labels, "run": "exp2"})), now, 7, 1.0)], now)
+        service.ingest([Sample(SeriesKey("run.crashed", make_labels(labels)), now, None, 1.0)], now)
+        r = await client.get("/api/v1/runs")
+        assert r.status_code == 200
+        runs = {x["run"]: x for x in r.json()}
+        assert runs["exp1"]["state"] == "ended" and runs["exp1"]["reason"] == "crashed"
+        assert runs["exp1"]["lastStep"] == 10 and runs["exp1"]["endedAt"] is not None
+        assert runs["exp2"]["state"] == "running" and runs["exp2"]["reason"] is None
+        assert runs["exp2"]["firstStep"] == 7 and runs["exp2"]["writer"] is None

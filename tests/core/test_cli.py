@@ -78,7 +78,8 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "grad_norm_not_finite": 420,
         "loss_not_finite": 450,
         "val_metric_rising": 500,
-        "training_stalled": 520,
+        "run_stalled": 520,
+        "run_finished": 530,
         "nan_in_log": 90,
     }
     expected_times = {
@@ -91,7 +92,8 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "gpu_underutilized": 4800,
         "source_failing": 5130,
         "gpu_lost": 6500,
-        "training_stalled": 5800,
+        "run_stalled": 5800,
+        "run_finished": 6190,
     }
     from alertd.config import load_config
 

@@ -24,7 +24,7 @@ def problems(paths: list[str], env: dict[str, str] | None = None) -> list[str]:
 
 def test_the_default_rules_load() -> None:
     cfg = load_config(["rules/default.yaml"], {})
-    assert {r.name for r in cfg.rules} >= {"loss_not_finite", "gpu_hot", "training_stalled", "loss_spike"}
+    assert {r.name for r in cfg.rules} >= {"loss_not_finite", "gpu_hot", "run_stalled", "loss_spike"}
     assert [s.type for s in cfg.sources] == ["tensorboard", "nvml", "textlog"]
     assert cfg.sources[0].logdir == "./runs"  # type: ignore[union-attr]
 

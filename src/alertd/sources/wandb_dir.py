@@ -6,9 +6,10 @@ or `.wandb/` inside it is used), one run directory, or one `.wandb` file. Files 
 New run directories are picked up at every poll.
 
 Each file is tailed (see `wandb_records.LogReader`): history rows become training-metric samples,
-stats records system-metric samples (names in `wandb_values`), and the exit record one
-`run.finished` = 1 and one `run.crashed` sample (1 when the exit code is not 0). A run killed hard
-leaves no exit record; the engine's `absent` condition sees it stop. Labels: `source`, `run`
+stats records system-metric samples (names in `wandb_values`), the run record `run.started` = 1 (at
+the run's start time), and the exit record `run.exit_code`, one `run.finished` = 1 and one
+`run.crashed` sample (1 when the exit code is not 0). A run killed hard leaves no exit record: in a
+replay it is then `lost` (see `alertd.runs`). Labels: `source`, `run`
 (`entity/project/run_id` when the run record names all three, else the run id; offline runs have
 no entity) and `run_name` (the display name, when set). Damaged chunks or records are skipped, logged
 once as a warning with the file and offset, and counted in `corrupt_records`.
@@ -117,6 +118,8 @@ class WandbDirSource:
             record.run_id = record.run_id or state.run.run_id
             state.run = record
             state.keys.clear()
+            if record.start_time is not None:  # a W&B run ends with an exit record: without one it is lost
+                out.append(Sample(self._key(state, "run.started"), record.start_time, None, 1.0))
         elif isinstance(record, ExitInfo) and not state.ended:
             self._exit(state, record, out)
 
@@ -157,6 +160,7 @@ class WandbDirSource:
         if state.run.start_time is not None:
             times.append(state.run.start_time + record.runtime)
         t = max(times) if times else 0.0
+        out.append(Sample(self._key(state, "run.exit_code"), t, None, float(record.exit_code)))
         out.append(Sample(self._key(state, "run.finished"), t, None, 1.0))
         out.append(Sample(self._key(state, "run.crashed"), t, None, 0.0 if record.exit_code == 0 else 1.0))
 

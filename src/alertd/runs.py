@@ -1,0 +1,295 @@
+"""Runs as first-class: what state each training run is in, from its samples and its writer. Pure.
+
+A run is (source, `run` label). Its state is `running`, `stalled` (no new sample for `stall_after`
+while its writer lives or is unknown) or `ended` with a reason:
+
+- `finished`: a clean end: W&B's or MLflow's finished state, an exit record or exit status 0, HF
+  Trainer's end-of-training summary (`train_runtime`), or a verified writer that closed its files and
+  then exited;
+- `crashed`: a non-zero exit code, W&B's crashed/failed state, MLflow's FAILED, a fatal log line;
+- `killed`: ended by a signal (an exit status -N), or after alertd asked it to stop (`run.stopped`);
+- `lost`: the writer on this host vanished while it still held its files and nothing says how; in a
+  replay, a run that announced its start (`run.started`: W&B files, alertd's callbacks) and whose
+  data ends with no end marker.
+
+What sources say, as samples with the run's `source` and `run` labels: `run.started` = 1,
+`run.finished` = 1 (it ended; `run.crashed` beside it tells how), `run.crashed` = 0/1,
+`run.exit_code` = N, `run.stopped` = 1, and HF's `train_runtime`. A sample after the end starts the
+run again (a resumed run writes on).
+
+What rules see (derived samples, appended beside the sources' own):
+- `run.stalled` = 1 at the instant a run stalls (its last sample's time + `stall_after`), 0 when it
+  moves again or ends. In a replay there is no live process: a run whose data simply stops is not
+  stalled, a gap longer than `stall_after` inside the data is (the clock is the samples' own).
+- `run.end{reason=...}` = 1 once when a run ends (label `exit_code` where known), and `run.finished`
+  = 1 when no source said so, so `absent` conditions know the run is over.
+
+Time is always an argument; nothing here reads a clock, a file or /proc.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from alertd.model import Labels, Sample, SeriesKey, make_labels
+
+STALLED = "run.stalled"
+END = "run.end"
+FINISHED = "run.finished"
+CRASHED = "run.crashed"
+STARTED = "run.started"
+EXIT_CODE = "run.exit_code"
+STOPPED = "run.stopped"
+HF_SUMMARY = "train_runtime"
+"""HF Trainer logs it once, with the end-of-training summary, at the last step (`train/train_runtime` in
+TensorBoard and W&B, `train_runtime` in its printed dict and in MLflow)."""
+MARKERS = frozenset({STARTED, FINISHED, CRASHED, EXIT_CODE, STOPPED})
+DERIVED = frozenset({STALLED, END})
+MAX_RUNS = 10_000
+"""Runs tracked at most; the oldest ended ones are forgotten first."""
+
+
+class RunState(enum.Enum):
+    """Where a run stands."""
+
+    RUNNING = "running"
+    STALLED = "stalled"
+    ENDED = "ended"
+
+
+class EndReason(enum.Enum):
+    """How a run ended."""
+
+    FINISHED = "finished"
+    CRASHED = "crashed"
+    KILLED = "killed"
+    LOST = "lost"
+
+
+@dataclass(slots=True)
+class Writer:
+    """The process writing a run, as the service saw it (None: not known)."""
+
+    host: str
+    pid: int
+    verified: bool
+    alive: bool
+    holding: bool
+
+
+@dataclass(slots=True)
+class Run:
+    """One run and what is known of it."""
+
+    source: str
+    run: str
+    state: RunState = RunState.RUNNING
+    reason: EndReason | None = None
+    exit_code: int | None = None
+    started: bool = False
+    stop_requested: bool = False
+    first_step: int | None = None
+    last_step: int | None = None
+    first_time: float = math.inf
+    last_time: float = -math.inf
+    ended_at: float | None = None
+    writer: Writer | None = None
+    _crashed: bool = field(default=False, repr=False)
+
+    @property
+    def labels(self) -> Labels:
+        """The labels of this run's derived series."""
+        return make_labels({"source": self.source, "run": self.run})
+
+    def as_json(self) -> dict[str, object]:
+        """For `GET /api/v1/runs`."""
+        w = self.writer
+        return {
+            "source": self.source,
+            "run": self.run,
+            "state": self.state.value,
+            "reason": self.reason.value if self.reason else None,
+            "exit_code": self.exit_code,
+            "writer": None
+            if w is None
+            else {"host": w.host, "pid": w.pid, "verified": w.verified, "alive": w.alive, "holding": w.holding},
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "first_time": self.first_time if math.isfinite(self.first_time) else None,
+            "last_time": self.last_time if math.isfinite(self.last_time) else None,
+            "ended_at": self.ended_at,
+        }
+
+
+class RunTracker:
+    """Every run's state, fed with samples and writer news; returns the derived samples to buffer."""
+
+    def __init__(self, stall_after: float = 600.0) -> None:
+        self.stall_after = stall_after
+        self.runs: dict[tuple[str, str], Run] = {}
+
+    # inputs
+
+    def observe(self, samples: Iterable[Sample]) -> list[Sample]:
+        """Take in samples (in time order per run); return the derived samples they cause."""
+        out: list[Sample] = []
+        batch = list(samples)
+        crashing = {
+            (s.series.label("source"), s.series.label("run"))
+            for s in batch
+            if s.series.metric == CRASHED and s.value > 0
+        }
+        for s in batch:
+            source, name = s.series.label("source"), s.series.label("run")
+            metric = s.series.metric
+            if source is None or name is None or metric in DERIVED:
+                continue
+            run = self._run(source, name)
+            t = s.time
+            if run.state is RunState.ENDED and metric not in MARKERS and t > (run.ended_at or -math.inf):
+                run.state, run.reason, run.exit_code, run.ended_at = RunState.RUNNING, None, None, None
+                run._crashed = run.stop_requested = False
+            if metric in MARKERS:
+                run._crashed = run._crashed or (source, name) in crashing
+                self._marker(run, metric, s.value, t, out)
+            else:
+                self._progress(run, s.step, t, out)
+                if (metric == HF_SUMMARY or metric.endswith("/" + HF_SUMMARY)) and run.state is not RunState.ENDED:
+                    self._end(run, EndReason.FINISHED, t, out, say_finished=True)
+        return out
+
+    def writer(self, source: str, run: str, writer: Writer, now: float) -> list[Sample]:
+        """News of a run's writer process (verified, alive, holding its files); may end the run."""
+        r = self._run(source, run)
+        before = r.writer
+        r.writer = writer
+        out: list[Sample] = []
+        if r.state is RunState.STALLED and not writer.alive and (before is None or not before.alive):
+            r.state = RunState.RUNNING  # stalled on time alone; its writer turns out to be long gone
+            out.append(Sample(SeriesKey(STALLED, r.labels), now, r.last_step, 0.0))
+        if r.state is RunState.ENDED or writer.alive or before is None or not before.alive:
+            return out
+        # The writer was alive and is gone, and nothing said the run ended.
+        reason = EndReason.FINISHED if not before.holding else EndReason.LOST
+        if r.stop_requested:
+            reason = EndReason.KILLED
+        self._end(r, reason, now, out, say_finished=True)
+        return out
+
+    def exited(self, source: str, run: str, status: int, now: float) -> list[Sample]:
+        """The run's process (alertd's own child) exited: `status` as subprocess's returncode."""
+        r = self._run(source, run)
+        out: list[Sample] = []
+        r.exit_code = status
+        reason = EndReason.FINISHED if status == 0 else (EndReason.KILLED if status < 0 else EndReason.CRASHED)
+        if r.stop_requested and status != 0 and reason is not EndReason.KILLED:
+            reason = EndReason.KILLED
+        if r.state is RunState.ENDED and r.reason is reason:
+            return out
+        if r.state is RunState.ENDED:  # the data said one thing, the exit status says better
+            r.state = RunState.RUNNING
+        self._end(r, reason, now, out, say_finished=True)
+        return out
+
+    def tick(self, now: float) -> list[Sample]:
+        """Runs that stalled by `now` (their writer alive or unknown): their `run.stalled` = 1."""
+        out: list[Sample] = []
+        for r in self.runs.values():
+            if r.state is RunState.RUNNING and now - r.last_time >= self.stall_after:
+                if r.writer is not None and not r.writer.alive:
+                    continue  # no writer: `writer()` decides how it ended
+                r.state = RunState.STALLED
+                out.append(Sample(SeriesKey(STALLED, r.labels), r.last_time + self.stall_after, r.last_step, 1.0))
+        return out
+
+    def end_of_replay(self) -> list[Sample]:
+        """A replay reached the end of its data: runs that announced their start and never ended are lost."""
+        out: list[Sample] = []
+        for r in self.runs.values():
+            if r.started and r.state is not RunState.ENDED and math.isfinite(r.last_time):
+                self._end(r, EndReason.LOST, r.last_time, out, say_finished=True)
+        return out
+
+    def all(self) -> list[Run]:
+        """Every run, most recently active first."""
+        return sorted(self.runs.values(), key=lambda r: -r.last_time)
+
+    # internals
+
+    def _run(self, source: str, name: str) -> Run:
+        key = (source, name)
+        r = self.runs.get(key)
+        if r is None:
+            if len(self.runs) >= MAX_RUNS:
+                self._forget()
+            r = self.runs[key] = Run(source, name)
+        return r
+
+    def _forget(self) -> None:
+        ended = sorted((r.last_time, k) for k, r in self.runs.items() if r.state is RunState.ENDED)
+        victims = [k for _, k in ended[: max(1, len(self.runs) // 10)]] or [next(iter(self.runs))]
+        for k in victims:
+            del self.runs[k]
+
+    def _progress(self, run: Run, step: int | None, t: float, out: list[Sample]) -> None:
+        if run.state is RunState.STALLED or (
+            run.state is RunState.RUNNING and t - run.last_time > self.stall_after and math.isfinite(run.last_time)
+        ):
+            if run.state is RunState.RUNNING:  # a gap inside the data: it stalled, and moves again now
+                out.append(Sample(SeriesKey(STALLED, run.labels), run.last_time + self.stall_after, run.last_step, 1.0))
+            out.append(Sample(SeriesKey(STALLED, run.labels), max(t, run.last_time + self.stall_after), step, 0.0))
+            run.state = RunState.RUNNING
+        if step is not None:
+            run.first_step = step if run.first_step is None else min(run.first_step, step)
+            run.last_step = step if run.last_step is None else max(run.last_step, step)
+        run.first_time = min(run.first_time, t)
+        run.last_time = max(run.last_time, t)
+
+    def _marker(self, run: Run, metric: str, value: float, t: float, out: list[Sample]) -> None:
+        run.first_time = min(run.first_time, t)
+        run.last_time = max(run.last_time, t)
+        if metric == STARTED:
+            run.started = True
+        elif metric == STOPPED and value > 0:
+            run.stop_requested = True
+        elif metric == EXIT_CODE and math.isfinite(value):
+            run.exit_code = int(value)
+            if run.state is RunState.ENDED and run.exit_code != 0 and run.reason is EndReason.FINISHED:
+                run.reason = EndReason.CRASHED  # the code came after the finish marker
+        elif metric == CRASHED:
+            run._crashed = value > 0
+            if run.state is RunState.ENDED:
+                if value > 0 and run.reason is EndReason.FINISHED:  # `run.finished` came first
+                    run.reason = EndReason.CRASHED
+                    out.append(self._end_sample(run, t))
+            elif value > 0:
+                self._end(run, EndReason.CRASHED, t, out, say_finished=False)
+        elif metric == FINISHED and value > 0 and run.state is not RunState.ENDED:
+            failed = run._crashed or (run.exit_code is not None and run.exit_code != 0)
+            reason = EndReason.CRASHED if failed else EndReason.FINISHED
+            if run.stop_requested:
+                reason = EndReason.KILLED
+            self._end(run, reason, t, out, say_finished=False)
+
+    def _end(self, run: Run, reason: EndReason, t: float, out: list[Sample], *, say_finished: bool) -> None:
+        if run.state is RunState.STALLED:
+            out.append(Sample(SeriesKey(STALLED, run.labels), t, run.last_step, 0.0))
+        run.state, run.reason, run.ended_at = RunState.ENDED, reason, t
+        out.append(self._end_sample(run, t))
+        if say_finished:
+            out.append(Sample(SeriesKey(FINISHED, run.labels), t, run.last_step, 1.0))
+
+    def _end_sample(self, run: Run, t: float) -> Sample:
+        extra = {"reason": run.reason.value if run.reason else "unknown"}
+        if run.exit_code is not None:
+            extra["exit_code"] = str(run.exit_code)
+        labels = make_labels({**dict(run.labels), **extra})
+        return Sample(SeriesKey(END, labels), t, run.last_step, 1.0)
+
+
+def derived_metrics() -> Iterator[str]:
+    """The metric names the tracker writes (for documentation and tests)."""
+    yield from sorted(DERIVED | {FINISHED})

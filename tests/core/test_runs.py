@@ -1,0 +1,93 @@
+"""The run tracker: states, end reasons and the derived series rules see. Pure: time is an argument."""
+
+from __future__ import annotations
+
+from alertd.model import Sample, SeriesKey, make_labels
+from alertd.runs import EndReason, RunState, RunTracker, Writer
+
+
+def s(metric: str, t: float, step: int | None = None, value: float = 1.0, run: str = "r1", **extra: str) -> Sample:
+    return Sample(SeriesKey(metric, make_labels({"source": "src", "run": run, **extra})), t, step, value)
+
+
+def derived(samples: list[Sample]) -> list[tuple[str, float, float, dict[str, str]]]:
+    out = []
+    for x in samples:
+        labels = x.series.label_dict()
+        labels.pop("source"), labels.pop("run")
+        out.append((x.series.metric, x.time, x.value, labels))
+    return out
+
+
+def test_a_gap_inside_the_data_is_a_stall_and_moving_again_ends_it() -> None:
+    runs = RunTracker(stall_after=60)
+    assert runs.observe([s("loss", 0, 0), s("loss", 10, 1)]) == []
+    got = runs.observe([s("loss", 200, 2)])
+    assert derived(got) == [("run.stalled", 70, 1.0, {}), ("run.stalled", 200, 0.0, {})]
+    assert runs.runs[("src", "r1")].state is RunState.RUNNING
+
+
+def test_a_live_stall_on_the_tick_and_none_once_the_run_ended() -> None:
+    runs = RunTracker(stall_after=60)
+    runs.observe([s("loss", 0, 5)])
+    assert runs.tick(50) == []
+    assert derived(runs.tick(61)) == [("run.stalled", 60, 1.0, {})]
+    assert runs.tick(100) == []  # said once
+    got = runs.observe([s("run.finished", 120), s("run.crashed", 120, value=0.0)])
+    assert derived(got) == [("run.stalled", 120, 0.0, {}), ("run.end", 120, 1.0, {"reason": "finished"})]
+    assert runs.tick(1000) == []
+
+
+def test_w_and_b_s_finished_then_crashed_in_one_batch_is_one_crashed_end() -> None:
+    runs = RunTracker()
+    got = runs.observe([s("loss", 0, 1), s("run.finished", 5), s("run.crashed", 5)])
+    assert derived(got) == [("run.end", 5, 1.0, {"reason": "crashed"})]
+    assert runs.runs[("src", "r1")].reason is EndReason.CRASHED
+
+
+def test_hf_summary_means_finished_and_says_so_for_absent() -> None:
+    runs = RunTracker()
+    got = runs.observe([s("loss", 0, 19), s("train_runtime", 1, 20, 12.5)])
+    assert derived(got) == [("run.end", 1, 1.0, {"reason": "finished"}), ("run.finished", 1, 1.0, {})]
+
+
+def test_an_exit_status_from_alertd_s_own_child() -> None:
+    runs = RunTracker()
+    runs.observe([s("loss", 0, 1)])
+    assert derived(runs.exited("src", "r1", 1, 5)) == [
+        ("run.end", 5, 1.0, {"reason": "crashed", "exit_code": "1"}),
+        ("run.finished", 5, 1.0, {}),
+    ]
+    runs.observe([s("loss", 0, 1, run="r2")])
+    assert derived(runs.exited("src", "r2", -9, 6))[0] == ("run.end", 6, 1.0, {"reason": "killed", "exit_code": "-9"})
+
+
+def test_a_writer_that_vanishes_holding_its_files_is_lost_one_that_closed_them_finished() -> None:
+    runs = RunTracker()
+    runs.observe([s("loss", 0, 1, run="a"), s("loss", 0, 1, run="b")])
+    for run, holding in (("a", True), ("b", False)):
+        runs.writer("src", run, Writer("h", 10, True, True, True), 1)
+        runs.writer("src", run, Writer("h", 10, True, True, holding), 2)
+    assert derived(runs.writer("src", "a", Writer("h", 10, True, False, True), 3))[0][3] == {"reason": "lost"}
+    assert derived(runs.writer("src", "b", Writer("h", 10, True, False, False), 3))[0][3] == {"reason": "finished"}
+
+
+def test_a_run_whose_writer_is_long_gone_never_stalls() -> None:
+    runs = RunTracker(stall_after=60)
+    runs.observe([s("loss", 0, 1)])
+    runs.writer("src", "r1", Writer("h", 10, False, False, False), 1)
+    assert runs.tick(1000) == []
+
+
+def test_a_started_run_without_an_end_is_lost_at_the_end_of_a_replay() -> None:
+    runs = RunTracker()
+    runs.observe([s("run.started", 0), s("loss", 5, 1), s("loss", 5, 1, run="plain")])
+    assert derived(runs.end_of_replay()) == [("run.end", 5, 1.0, {"reason": "lost"}), ("run.finished", 5, 1.0, {})]
+
+
+def test_alertd_s_stop_request_makes_the_end_killed_and_new_data_restarts_a_run() -> None:
+    runs = RunTracker()
+    got = runs.observe([s("loss", 0, 1), s("run.stopped", 1), s("run.finished", 2), s("run.crashed", 2, value=0)])
+    assert derived(got)[-1] == ("run.end", 2, 1.0, {"reason": "killed"})
+    runs.observe([s("loss", 10, 2)])
+    assert runs.runs[("src", "r1")].state is RunState.RUNNING and runs.runs[("src", "r1")].reason is None
