@@ -69,7 +69,7 @@ class DryRunJob:
         if self.source is not None:
             samples += self._from_source(*self.source)
         transitions: list[Transition] = []
-        for t in replay(RuleSet(config.rules), samples, config.buffer, until):
+        for t in replay(RuleSet(config.rules), samples, config.buffer, until, config.stall_after):
             self._check()
             transitions.append(t)
         notes = would_send(config, transitions, until, self._check)
@@ -104,7 +104,9 @@ class DryRunJob:
         if kind in ("textlog", "csv") and glob.has_magic(path):
             raise DryRunError(400, [f"a {kind} dry-run reads one file: no wildcards in the path"])
         location = {"tensorboard": "logdir", "mlflow": "tracking_uri"}.get(kind, "path")
-        cfg = TypeAdapter(SourceConfig).validate_python({"type": kind, "name": "dry-run", location: path})
+        extra = {"runs": "all"} if kind == "mlflow" else {}
+        fields = {"type": kind, "name": "dry-run", location: path, **extra}
+        cfg = TypeAdapter(SourceConfig).validate_python(fields)
         return asyncio.run(_poll_once(cfg))
 
     def _read_file(self, path: str) -> list[Sample]:

@@ -149,7 +149,8 @@ class MlflowConfig(SourceConfigBase):
     experiments: list[str] | None = None
     """Experiment ids or names to watch (all when absent)."""
     runs: Literal["running", "all"] = "running"
-    """Tracking server: runs to read (`running`: active ones, plus each one's end)."""
+    """Runs to read (`running`: those running when first seen, all their history, and each one's end;
+    `all`: every run, ended ones too). Both for a tracking server and for a file store."""
     token: SecretStr | None = None
     page_size: int = Field(default=1000, ge=1, le=25000)
     max_retries: int = Field(default=4, ge=0, le=20)
