@@ -107,7 +107,7 @@ def _dry_run(ns: argparse.Namespace) -> int:
     cfg = load_config(ns.rules)
     samples = _collect(cfg, ns.source)
     until = _parse_until(ns.until)
-    for t in replay(RuleSet(cfg.rules), samples, cfg.buffer, until):
+    for t in replay(RuleSet(cfg.rules), samples, cfg.buffer, until, cfg.stall_after):
         print(dumps(t) if ns.format == "json" else transition_text(t), flush=False)
     sys.stdout.flush()
     return 0
