@@ -4,9 +4,9 @@
   `max_line` bytes is cut there (the rest of it, up to its end, is dropped and counted).
 - Rotation by rename (`train.log` -> `train.log.1`, a new `train.log`): the open file is read to its
   end, its unterminated last line included (its writer has moved on), then the new file from its start.
-- Rotation by copy-truncate, or any rewrite: the file shrinking below the offset read, or its first
-  line changing, starts it over from byte 0; `Chunk.reset` says so (a CSV reader then skips the rows
-  it has already seen).
+- Rotation by copy-truncate, or any rewrite: the file shrinking below the offset read, its first
+  8 KiB changing, or the byte before the offset read no longer ending a line, starts it over from
+  byte 0; `Chunk.reset` says so (a CSV reader then skips the rows it has already seen).
 - Invalid UTF-8 is replaced (U+FFFD), never fatal.
 - With `bars=True`, a carriage return ends a line too, as a progress bar (tqdm) redraws itself with
   `\\r`: each distinct state of a bar is returned once, an identical redraw is not, and a line that a
@@ -28,9 +28,10 @@ log = logging.getLogger(__name__)
 
 MAX_LINE = 64 << 10
 MAX_READ = 8 << 20
-HEAD = 256
+HEAD = 8192
+"""The file's first bytes are remembered to notice a rewrite that left the file at least as long as
+before (a CSV header widened in place, a log truncated and written again)."""
 _SEPARATORS = re.compile(r"(\r|\n)")
-"""Bytes of the file's start remembered to notice a rewrite that left the file as long as before."""
 
 
 class NotRegularFile(OSError):
@@ -81,6 +82,7 @@ class LineTail:
 
     def restore(self, cursor: dict[str, object]) -> None:
         """Resume from a `cursor()`: checked against the file at the next read (a different file starts over)."""
+        self.close()
         ident = cursor.get("ident")
         self.ident = (int(ident[0]), int(ident[1])) if isinstance(ident, list) and len(ident) == 2 else None
         self.offset = int(cursor.get("offset", 0))  # type: ignore[call-overload]
@@ -124,7 +126,7 @@ class LineTail:
             data = os.pread(self._fd_or_raise(), min(st.st_size - self.offset, self.max_read), self.offset)
             if not data:
                 break
-            if self.offset < HEAD and len(self.head) < HEAD:
+            if not self._head_done():
                 self._remember_head(data)
             consumed = self._split(data, chunk.lines, final=False)
             self.offset += consumed
@@ -165,13 +167,20 @@ class LineTail:
         log.info("%s was rotated; now reading the new file", self.path)
 
     def _head_matches(self) -> bool:
-        if not self.head or self.offset == 0:
+        if self.offset == 0:
             return True
-        return os.pread(self._fd_or_raise(), len(self.head), 0) == self.head
+        fd = self._fd_or_raise()
+        if self.head and os.pread(fd, len(self.head), 0) != self.head:
+            return False
+        # the last byte read ended a line: if it no longer does, the file was rewritten under us
+        return self._skipping or os.pread(fd, 1, self.offset - 1) in (b"\n", b"\r")
+
+    def _head_done(self) -> bool:
+        return len(self.head) >= HEAD
 
     def _remember_head(self, data: bytes) -> None:
-        end = min(HEAD, self.offset + len(data))
-        self.head = (self.head + data[len(self.head) - self.offset : end - self.offset])[:HEAD]
+        if self.offset <= len(self.head):
+            self.head = (self.head + data[len(self.head) - self.offset :])[:HEAD]
 
     # splitting
 
