@@ -53,17 +53,12 @@ class LineTail:
 
     def __init__(self, path: str, *, bars: bool = False, max_line: int = MAX_LINE, max_read: int = MAX_READ) -> None:
         self.path = path
-        self.bars = bars
-        self.max_line = max_line
+        self.splitter = LineSplitter(bars=bars, max_line=max_line)
         self.max_read = max_read
         self.offset = 0
         self.ident: tuple[int, int] | None = None
         self.head = b""
-        self.cut_lines = 0
         self._fd: int | None = None
-        self._skipping = False
-        self._last_bar = ""
-        self._after_cr = False
         self._size = -1
         self._mtime = -1
 
@@ -87,7 +82,8 @@ class LineTail:
         self.ident = (int(ident[0]), int(ident[1])) if isinstance(ident, list) and len(ident) == 2 else None
         self.offset = int(cursor.get("offset", 0))  # type: ignore[call-overload]
         self.head = bytes.fromhex(str(cursor.get("head", "")))
-        self._skipping, self._size, self._mtime = False, -1, -1
+        self.splitter.reset()
+        self._size, self._mtime = -1, -1
 
     # reading
 
@@ -112,7 +108,8 @@ class LineTail:
             chunk.retired = self.cursor()
             if st is None:
                 return chunk
-            self.ident, self.offset, self.head, self._skipping = None, 0, b"", False
+            self.ident, self.offset, self.head = None, 0, b""
+            self.splitter.reset()
         assert st is not None
         if self._fd is None:
             self._open(st, chunk)
@@ -120,7 +117,8 @@ class LineTail:
             return chunk
         if st.st_size < self.offset or not self._head_matches():
             log.info("%s was truncated or rewritten; reading it from the start", self.path)
-            self.offset, self.head, self._skipping, self._last_bar = 0, b"", False, ""
+            self.offset, self.head = 0, b""
+            self.splitter.reset()
             chunk.reset = True
         while self.offset < st.st_size:
             data = os.pread(self._fd_or_raise(), min(st.st_size - self.offset, self.max_read), self.offset)
@@ -128,12 +126,17 @@ class LineTail:
                 break
             if not self._head_done():
                 self._remember_head(data)
-            consumed = self._split(data, chunk.lines, final=False)
+            consumed = self.splitter.split(data, chunk.lines, final=False)
             self.offset += consumed
             if consumed == 0:
                 break
         self._size, self._mtime = st.st_size, st.st_mtime_ns
         return chunk
+
+    @property
+    def cut_lines(self) -> int:
+        """Lines cut at `max_line` so far."""
+        return self.splitter.cut_lines
 
     def _fd_or_raise(self) -> int:
         if self._fd is None:
@@ -161,7 +164,7 @@ class LineTail:
                 data = os.pread(fd, self.max_read, self.offset)
                 if not data:
                     break
-                self.offset += self._split(data, chunk.lines, final=len(data) < self.max_read)
+                self.offset += self.splitter.split(data, chunk.lines, final=len(data) < self.max_read)
         finally:
             self.close()
         log.info("%s was rotated; now reading the new file", self.path)
@@ -173,7 +176,7 @@ class LineTail:
         if self.head and os.pread(fd, len(self.head), 0) != self.head:
             return False
         # the last byte read ended a line: if it no longer does, the file was rewritten under us
-        return self._skipping or os.pread(fd, 1, self.offset - 1) in (b"\n", b"\r")
+        return self.splitter.inside_cut_line or os.pread(fd, 1, self.offset - 1) in (b"\n", b"\r")
 
     def _head_done(self) -> bool:
         return len(self.head) >= HEAD
@@ -182,9 +185,32 @@ class LineTail:
         if self.offset <= len(self.head):
             self.head = (self.head + data[len(self.head) - self.offset :])[:HEAD]
 
-    # splitting
 
-    def _split(self, data: bytes, out: list[str], final: bool) -> int:
+class LineSplitter:
+    """Bytes -> whole lines: terminators, overlong lines, invalid UTF-8 and progress bars (see above).
+
+    Shared by `LineTail` (a file) and `alertd exec` (a child's output stream). `split` returns how many
+    bytes of `data` its complete lines took; the caller keeps the rest for the next call.
+    """
+
+    def __init__(self, *, bars: bool = False, max_line: int = MAX_LINE) -> None:
+        self.bars = bars
+        self.max_line = max_line
+        self.cut_lines = 0
+        self._skipping = False
+        self._last_bar = ""
+        self._after_cr = False
+
+    def reset(self) -> None:
+        """The stream starts over (a file truncated or replaced)."""
+        self._skipping, self._last_bar, self._after_cr = False, "", False
+
+    @property
+    def inside_cut_line(self) -> bool:
+        """True while the rest of an overlong line is being dropped."""
+        return self._skipping
+
+    def split(self, data: bytes, out: list[str], final: bool) -> int:
         """Append the complete lines of `data` to `out`; return how many bytes they took.
 
         `final`: the writer is gone, so a last unterminated line is complete too.
