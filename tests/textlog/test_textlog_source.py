@@ -11,7 +11,7 @@ from pathlib import Path
 
 from textlog_helpers import by_metric, source
 
-from alertd.sources.textlog.source import MAX_SERIES
+from alertd.sources.textlog.stream import MAX_SERIES
 
 
 def test_a_glob_finds_logs_as_they_appear_each_its_own_run(tmp_path: Path) -> None:

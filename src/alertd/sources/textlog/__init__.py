@@ -2,5 +2,6 @@
 
 from alertd.sources.textlog.parse import FileState, LineParser, Parsed
 from alertd.sources.textlog.source import TextLogSource
+from alertd.sources.textlog.stream import LogStream
 
-__all__ = ["FileState", "LineParser", "Parsed", "TextLogSource"]
+__all__ = ["FileState", "LineParser", "LogStream", "Parsed", "TextLogSource"]

@@ -9,7 +9,7 @@
   (the file's path relative to the glob's directory part); time = the line's own timestamp, else
   when it was read. An event is a sample of `log.event{event=NAME}` = 1; a fatal one also gives
   `run.crashed` = 1 and `run.finished` = 1 for the file's run (as the W&B sources report a crash).
-- Bounds: at most MAX_SERIES metric names per file (more are dropped, warned about once); lines are
+- Bounds: at most `stream.MAX_SERIES` metric names per file (more are dropped, warned about once); lines are
   cut at 64 KiB; a FIFO or device named like a log is refused with a warning, never opened.
 - `cursor()` / `restore()`: per file, the byte offset, identity, the start of the file and the step
   counter, so a restarted service neither reads a line twice nor restarts its counter.
@@ -25,49 +25,30 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from alertd.model import Sample, SeriesKey, make_labels
+from alertd.model import Sample
 from alertd.sources.config import TextLogConfig
 from alertd.sources.globs import glob_base, matching_files, run_of
 from alertd.sources.linetail import LineTail, NotRegularFile
-from alertd.sources.textlog.parse import FileState, LineParser, Parsed, event_patterns, value_patterns
+from alertd.sources.textlog.parse import FileState, LineParser, event_patterns, value_patterns
+from alertd.sources.textlog.stream import LogStream
 
 log = logging.getLogger(__name__)
 
-EVENT = "log.event"
-MAX_SERIES = 1000
-"""Distinct metric names one file may create; a log printing ever new keys can't exhaust memory."""
 _RETIRED = 1024
 """Rotated-away files remembered (by inode) so that a glob matching them does not read them again."""
 
 
 class _File:
-    """One followed log: its tail, its parse state and its series keys."""
+    """One followed log file: its tail and its stream of lines."""
 
-    __slots__ = ("error", "keys", "labels", "overflow", "path", "run", "state", "tail")
+    __slots__ = ("error", "path", "run", "stream", "tail")
 
     def __init__(self, path: str, run: str, source: str) -> None:
         self.path = path
         self.run = run
         self.tail = LineTail(path, bars=True)
-        self.state = FileState()
-        self.labels = make_labels({"source": source, "run": run})
-        self.keys: dict[str, SeriesKey] = {}
-        self.overflow = False
+        self.stream = LogStream(path, {"source": source, "run": run})
         self.error = ""
-
-    def key(self, metric: str, extra: tuple[tuple[str, str], ...] = ()) -> SeriesKey | None:
-        """The series of `metric` in this file; None past MAX_SERIES names (warned about once)."""
-        name = f"{metric}\x00{extra}" if extra else metric
-        key = self.keys.get(name)
-        if key is None:
-            if len(self.keys) >= MAX_SERIES:
-                if not self.overflow:
-                    log.warning("%s: more than %d metric names; new ones are dropped", self.path, MAX_SERIES)
-                    self.overflow = True
-                return None
-            labels = make_labels((*self.labels, *extra)) if extra else self.labels
-            key = self.keys[name] = SeriesKey(metric, labels)
-        return key
 
 
 class TextLogSource:
@@ -111,15 +92,6 @@ class TextLogSource:
                     self._read(self._add(path), now, out)
             return out
 
-    def parse_lines(self, f: _File, lines: Sequence[str], now: float, out: list[Sample]) -> None:
-        """The samples of `lines` of file `f` (also used for a child's output under `alertd exec`)."""
-        parse = self.parser.parse
-        for line in lines:
-            p = parse(line, f.state)
-            if p.values or p.events:
-                self._samples(f, p, now, out)
-        self.lines_read += len(lines)
-
     # files
 
     def _add(self, path: str) -> _File:
@@ -127,7 +99,7 @@ class TextLogSource:
         saved = self._restore.pop(path, None)
         if isinstance(saved, dict):
             f.tail.restore(saved.get("tail", {}))
-            f.state = FileState.from_json(saved.get("parse"))
+            f.stream.state = FileState.from_json(saved.get("parse"))
         else:
             try:
                 st = os.stat(path)
@@ -161,29 +133,13 @@ class TextLogSource:
                 while len(self._retired) > _RETIRED:
                     self._retired.popitem(last=False)
         if chunk.lines:
-            self.parse_lines(f, chunk.lines, now, out)
+            f.stream.parse(self.parser, chunk.lines, now, out)
+            self.lines_read += len(chunk.lines)
 
     def _warn(self, f: _File, message: str) -> None:
         if f.error != message:
             log.warning("log file %s %s", f.path, message)
             f.error = message
-
-    def _samples(self, f: _File, p: Parsed, now: float, out: list[Sample]) -> None:
-        t = p.time if p.time is not None else now
-        for metric, value in p.values:
-            key = f.key(metric)
-            if key is not None:
-                out.append(Sample(key, t, p.step, value))
-        step = p.step if p.step is not None else f.state.last_step
-        for ev in p.events:
-            key = f.key(EVENT, (("event", ev.name),))
-            if key is not None:
-                out.append(Sample(key, t, step, 1.0))
-        if any(ev.fatal for ev in p.events):
-            for metric in ("run.crashed", "run.finished"):
-                key = f.key(metric)
-                if key is not None:
-                    out.append(Sample(key, t, step, 1.0))
 
     # restart
 
@@ -192,7 +148,7 @@ class TextLogSource:
         with self._lock:
             cur = dict(self._restore)
             for path, f in self._files.items():
-                cur[path] = {"tail": f.tail.cursor(), "parse": f.state.to_json()}
+                cur[path] = {"tail": f.tail.cursor(), "parse": f.stream.state.to_json()}
             return cur
 
     def restore(self, cursor: dict[str, Any]) -> None:

@@ -1,0 +1,67 @@
+"""One stream of log lines (a file, or a child's output) turned into samples: its series and parse state."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from alertd.model import Sample, SeriesKey, make_labels
+from alertd.sources.textlog.parse import FileState, LineParser, Parsed
+
+log = logging.getLogger(__name__)
+
+EVENT = "log.event"
+MAX_SERIES = 1000
+"""Distinct metric names one stream may create; a log printing ever new keys can't exhaust memory."""
+
+
+class LogStream:
+    """The labels, series keys and parse state of one log (`name` is how warnings call it)."""
+
+    __slots__ = ("keys", "labels", "name", "overflow", "state")
+
+    def __init__(self, name: str, labels: Mapping[str, str]) -> None:
+        self.name = name
+        self.labels = make_labels(labels)
+        self.state = FileState()
+        self.keys: dict[str, SeriesKey] = {}
+        self.overflow = False
+
+    def key(self, metric: str, extra: tuple[tuple[str, str], ...] = ()) -> SeriesKey | None:
+        """The series of `metric` in this stream; None past MAX_SERIES names (warned about once)."""
+        name = f"{metric}\x00{extra}" if extra else metric
+        key = self.keys.get(name)
+        if key is None:
+            if len(self.keys) >= MAX_SERIES:
+                if not self.overflow:
+                    log.warning("%s: more than %d metric names; new ones are dropped", self.name, MAX_SERIES)
+                    self.overflow = True
+                return None
+            labels = make_labels((*self.labels, *extra)) if extra else self.labels
+            key = self.keys[name] = SeriesKey(metric, labels)
+        return key
+
+    def parse(self, parser: LineParser, lines: Sequence[str], now: float, out: list[Sample]) -> None:
+        """Append the samples of `lines` to `out`: values, events, and a fatal event's crash."""
+        parse = parser.parse
+        for line in lines:
+            p = parse(line, self.state)
+            if p.values or p.events:
+                self._samples(p, now, out)
+
+    def _samples(self, p: Parsed, now: float, out: list[Sample]) -> None:
+        t = p.time if p.time is not None else now
+        for metric, value in p.values:
+            key = self.key(metric)
+            if key is not None:
+                out.append(Sample(key, t, p.step, value))
+        step = p.step if p.step is not None else self.state.last_step
+        for ev in p.events:
+            key = self.key(EVENT, (("event", ev.name),))
+            if key is not None:
+                out.append(Sample(key, t, step, 1.0))
+        if any(ev.fatal for ev in p.events):
+            for metric in ("run.crashed", "run.finished"):
+                key = self.key(metric)
+                if key is not None:
+                    out.append(Sample(key, t, step, 1.0))
