@@ -14,15 +14,18 @@ import contextlib
 import logging
 import os
 import signal
+import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from alertd.buffer import SeriesBuffer
+from alertd.child import ChildRun
 from alertd.clock import Clock, SystemClock
 from alertd.config import Config, load_config
 from alertd.dispatch.announce import announcements
@@ -75,8 +78,16 @@ class Engine:
 class Service:
     """alertd running: sources -> buffer -> rules -> dispatcher -> notifiers."""
 
-    def __init__(self, paths: Sequence[str], *, clock: Clock | None = None, state: Path | None = None) -> None:
+    def __init__(
+        self,
+        paths: Sequence[str],
+        *,
+        clock: Clock | None = None,
+        state: Path | None = None,
+        console: TextIO | None = None,
+    ) -> None:
         self.paths = list(paths)
+        self.console = console
         self.clock = clock or SystemClock()
         config = load_config(self.paths)
         runs = RunTracker(config.stall_after)
@@ -90,6 +101,7 @@ class Service:
         self.silences = SilenceStore(self.state_dir)
         self.store = StateStore(self.state_dir)
         self.dispatcher: Dispatcher | None = None
+        self.child: ChildRun | None = None
         self.scheduler: AsyncIOScheduler | None = None
         self.ready = False
         self._wake = asyncio.Event()
@@ -209,6 +221,8 @@ class Service:
     def _notifier(self, name: str, cfg: object) -> Notifier:
         if getattr(cfg, "type", None) == "kill":
             return build_notifier(name, cfg, report=self._kill_report)  # type: ignore[arg-type]
+        if getattr(cfg, "type", None) == "log" and self.console is not None:
+            return build_notifier(name, cfg, stream=self.console)  # type: ignore[arg-type]
         return build_notifier(name, cfg)  # type: ignore[arg-type]
 
     async def _kill_report(self, report: Any) -> None:
@@ -364,6 +378,27 @@ class Service:
         """Ask the service to stop (safe to call from a signal handler)."""
         self._stop.set()
 
+    def run_exited(self, source: str, run: str, status: int) -> None:
+        """A run's process (alertd's own child) exited with `status`: its end, evaluated at once."""
+        now = self.clock.now()
+        derived = self.engine.runs.exited(source, run, status, now)
+        if derived:
+            self.engine.buffer.append(derived, now)
+        self.evaluate(now)
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most `timeout` s) until nothing is left to deliver now or within the next second."""
+        assert self.dispatcher is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            now = self.clock.now()
+            wake = self.dispatcher.next_wakeup()
+            if self.dispatcher.outbox.next_due() is None and (wake is None or wake > now + 1.0):
+                return
+            self._wake.set()
+            await asyncio.sleep(0.05)
+
     async def _shutdown(self, deliveries: asyncio.Task[None]) -> None:
         self.ready = False
         if self.scheduler is not None:
@@ -429,11 +464,12 @@ def run_service(
     return asyncio.run(_main(service, listen))
 
 
-async def _main(service: Service, listen: str | None) -> int:
+async def _main(service: Service, listen: str | None, handle_signals: bool = True) -> int:
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, service.stop)
-    loop.add_signal_handler(signal.SIGHUP, service.reload)
+    if handle_signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, service.stop)
+        loop.add_signal_handler(signal.SIGHUP, service.reload)
     api = None
     if listen:
         from alertd.api import serve_api
@@ -465,3 +501,97 @@ def _api_ended(task: asyncio.Task[None], service: Service) -> None:
         return
     log.error("the HTTP API stopped: %s", task.exception())
     service.stop()
+
+
+EXEC_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+EXEC_DRAIN = 10.0
+"""Seconds `alertd exec` waits, after its child exited, for the notifications of its end to go out."""
+_SI_KERNEL = 0x80
+
+
+def run_exec(
+    argv: Sequence[str],
+    paths: Sequence[str],
+    *,
+    run: str | None = None,
+    listen: str | None = None,
+    state_dir: str | None = None,
+    log_format: str = "auto",
+) -> int:
+    """`alertd exec -- COMMAND ...`: run the trainer as a child, watched; exit with its status.
+
+    alertd's logs and console notifications go to stderr (its stdout is the child's). SIGINT, SIGTERM
+    and SIGHUP sent to alertd are forwarded to the child; one the terminal sent to the whole process
+    group (Ctrl-C) reached the child already and is not sent twice. The status is the child's exit
+    code, 128+N when a signal N ended it, 127 when the command does not exist, and 2 when the rules
+    files are bad (the child is then not started).
+    """
+    setup_logging(log_format)
+    if state_dir:
+        os.environ["ALERTD_STATE_DIR"] = state_dir
+    try:
+        service = Service(paths, console=sys.stderr)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            log.error("%s", problem)
+        return 2
+    # Block the signals before any thread exists, so that only the forwarding thread takes them.
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, EXEC_SIGNALS)
+    try:
+        status = asyncio.run(_exec_main(service, list(argv), run or _run_name(argv), listen))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    if status is None:
+        return 127
+    return 128 - status if status < 0 else status
+
+
+async def _exec_main(service: Service, argv: list[str], run: str, listen: str | None) -> int | None:
+    loop = asyncio.get_running_loop()
+    main = asyncio.create_task(_main(service, listen, handle_signals=False))
+    while not service.ready:
+        if main.done():
+            await main
+            return None
+        await asyncio.sleep(0.01)
+
+    def deliver(samples: list[Sample]) -> None:
+        loop.call_soon_threadsafe(lambda: service.ingest(samples, service.clock.now()))
+
+    child = ChildRun(argv, run=run, on_samples=deliver)
+    try:
+        pid = child.start()
+    except OSError as exc:
+        log.error("alertd exec: can't start %s: %s", argv[0], exc.strerror or exc)
+        service.stop()
+        await main
+        return None
+    service.child = child
+    log.info("alertd exec: started %s (pid %d) as run %s", argv[0], pid, run)
+    threading.Thread(target=_forward_signals, args=(child,), name="exec-signals", daemon=True).start()
+    status = await loop.run_in_executor(None, child.wait)
+    log.info("alertd exec: %s (pid %d) exited with status %d", argv[0], pid, status)
+    service.run_exited(child.source, run, status)
+    await service.drain(EXEC_DRAIN)
+    service.stop()
+    await main
+    return status
+
+
+def _forward_signals(child: ChildRun) -> None:
+    """Take SIGINT, SIGTERM and SIGHUP (blocked everywhere else) and pass them on to the child."""
+    while child.status is None:
+        info = signal.sigwaitinfo(EXEC_SIGNALS)
+        if info.si_code == _SI_KERNEL:
+            continue  # from the terminal, to the whole foreground process group: the child has it too
+        sig = signal.Signals(info.si_signo)
+        log.info("alertd exec: forwarding %s to pid %s", sig.name, child.pid)
+        child.send(sig)
+
+
+def _run_name(argv: Sequence[str]) -> str:
+    """The `run` label of a child: its script (`python train.py` -> train.py) or its command's name."""
+    names = [os.path.basename(a) for a in argv[:3] if not a.startswith("-")]
+    if len(names) > 1 and names[0].startswith("python"):
+        return names[1]
+    return names[0] if names else "exec"

@@ -7,6 +7,8 @@ import asyncio
 import sys
 import time
 from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -19,7 +21,7 @@ from alertd.sources.config import SourceConfig
 from alertd.sources.registry import REPLAYABLE, build_source
 from alertd.sources.samples import read_samples
 
-COMMANDS = ("run", "check", "test", "dry-run")
+COMMANDS = ("run", "exec", "check", "test", "dry-run")
 
 
 class CliError(Exception):
@@ -32,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] not in (*COMMANDS, "-h", "--help", "--version"):
         args.insert(0, "run")
     ns = _parser().parse_args(args)
-    handler = {"run": _run, "check": _check, "test": _test, "dry-run": _dry_run}[ns.command]
+    handler = {"run": _run, "exec": _exec, "check": _check, "test": _test, "dry-run": _dry_run}[ns.command]
     try:
         return handler(ns)
     except ConfigError as exc:
@@ -55,6 +57,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", default=None, metavar="HOST:PORT", help="serve the HTTP API (default: off)")
     run.add_argument("--state-dir", default=None, help="where the outbox and state live (env ALERTD_STATE_DIR)")
     run.add_argument("--log-format", choices=("auto", "json", "text"), default="auto")
+    ex = sub.add_parser(
+        "exec",
+        help="run a trainer as alertd's child, watched; exit with its status",
+        usage="alertd exec [--rules FILE ...] [--listen HOST:PORT] [--run NAME] -- COMMAND [ARG ...]",
+    )
+    ex.add_argument("--rules", action="append", metavar="FILE", help="rules file (repeatable; default: the built-in)")
+    ex.add_argument("--listen", default=None, metavar="HOST:PORT", help="serve the HTTP API (default: off)")
+    ex.add_argument("--run", default=None, metavar="NAME", help="the run label of the child's output")
+    ex.add_argument("--state-dir", default=None, help="where the outbox and state live (env ALERTD_STATE_DIR)")
+    ex.add_argument("--log-format", choices=("auto", "json", "text"), default="auto")
+    ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]")
     check = sub.add_parser("check", help="validate rules files")
     check.add_argument("files", nargs="+", metavar="FILE")
     test = sub.add_parser("test", help="run rule unit tests")
@@ -185,6 +198,24 @@ def _source_from_spec(cfg: Config, spec: str) -> SourceConfig:
         return adapter.validate_python({"type": kind, "name": name, **fields})
     except ValidationError as exc:
         raise SystemExit(f"alertd: error: --source {spec!r}: {exc.errors()[0]['msg']}") from exc
+
+
+def _exec(ns: argparse.Namespace) -> int:
+    from alertd.app import run_exec
+
+    command = ns.argv[1:] if ns.argv[:1] == ["--"] else ns.argv
+    if not command:
+        raise CliError("alertd exec needs a command: alertd exec [--rules FILE] -- python train.py")
+    rules = ns.rules or [str(default_rules())]
+    status: int = run_exec(
+        command, rules, run=ns.run, listen=ns.listen, state_dir=ns.state_dir, log_format=ns.log_format
+    )
+    return status
+
+
+def default_rules() -> Path:
+    """The rules file shipped with alertd (rules/default.yaml)."""
+    return Path(str(resources.files("alertd") / "default.yaml"))
 
 
 def _run(ns: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import TextIO
 
 from alertd.errors import NotifyError
 from alertd.model import Notification
@@ -23,18 +24,20 @@ def log_line(n: Notification) -> str:
 
 
 class LogNotifier:
-    """Prints each notification as one physical line on stdout and flushes it."""
+    """Prints each notification as one physical line on stdout (`stream`: stderr under `alertd exec`,
+    whose stdout is the trainer's) and flushes it."""
 
-    def __init__(self, name: str, cfg: LogConfig) -> None:
+    def __init__(self, name: str, cfg: LogConfig, *, stream: TextIO | None = None) -> None:
         self.name = name
         self._cfg = cfg
+        self._stream = stream
 
     async def send(self, notification: Notification) -> None:
-        """Print the notification's line; a closed or broken stdout is a recoverable failure."""
+        """Print the notification's line; a closed or broken stream is a recoverable failure."""
         try:
-            print(log_line(notification), file=sys.stdout, flush=True)
+            print(log_line(notification), file=self._stream or sys.stdout, flush=True)
         except (OSError, ValueError) as e:
-            raise NotifyError(f"log notifier {self.name}: cannot write to stdout: {e}", recoverable=True) from None
+            raise NotifyError(f"log notifier {self.name}: cannot write its line: {e}", recoverable=True) from None
 
     async def aclose(self) -> None:
         """Nothing to release."""
