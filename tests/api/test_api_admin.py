@@ -123,4 +123,4 @@ async def test_schemathesis_finds_no_server_error(tmp_path: Path) -> None:
         out, _ = await proc.communicate()
     text = out.decode(errors="replace")
     assert proc.returncode == 0, text[-6000:]
-    assert "Tested: 13" in text and "Fuzzing" in text, text[-3000:]
+    assert "Tested: 14" in text and "Fuzzing" in text, text[-3000:]
