@@ -14,7 +14,8 @@ The story (one training step every 10 s, GPU readings every 10 s, t = seconds af
 - GPU 0 idles below 40 % from t = 3000 (gpu_underutilized at 4800), GPU 3 power-brakes from t = 2000 (1m: 2060);
 - GPU 2 counts 2 new uncorrected ECC errors at t = 2500 and falls off the bus at t = 6500;
 - a W&B run crashes at t = 4000 (run_crashed); the `wb` source reports failing from t = 5010 (source_failing at 5130);
-- a second run's train.log prints `NaN detected` at its step 90, t = 4500 (nan_in_log).
+- a second run, an HF Trainer's printed log, logs its loss as 0 from step 55, t = 3550 (loss_zeroed: its NaN,
+  hidden by the Trainer's NaN filter), and prints `NaN detected` at step 150, t = 4500 (nan_in_log).
 """
 
 from __future__ import annotations
@@ -71,8 +72,11 @@ def gpus() -> list[tuple[float, str]]:
             out.append((t, line("alertd.source.up", {"source": "wb"}, t, None, 0.0 if t >= 5000 else 1.0)))
     wb = {"source": "wb", "run": "team/lab/abc123", "run_name": "gpt-wb"}
     out.append((4000.0, line("run.crashed", wb, 4000.0, None, 1.0)))
-    log = {"source": "logs", "run": "bert/train.log", "event": "nan_detected"}
-    out.append((4500.0, line("log.event", log, 4500.0, 90, 1.0)))
+    hf = {"source": "logs", "run": "bert/train.log"}
+    for step in range(151):
+        t = 3000.0 + step * 10.0
+        out.append((t, line("loss", hf, t, step, 0.0 if step >= 55 else 2.5 - step / 100)))
+    out.append((4500.0, line("log.event", {**hf, "event": "nan_detected"}, 4500.0, 150, 1.0)))
     return out
 
 

@@ -80,7 +80,8 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "val_metric_rising": 500,
         "run_stalled": 520,
         "run_finished": 530,
-        "nan_in_log": 90,
+        "nan_in_log": 150,
+        "loss_zeroed": 55,
     }
     expected_times = {
         "gpu_hot": 1300,
@@ -89,6 +90,7 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "gpu_ecc_errors": 2500,
         "run_crashed": 4000,
         "nan_in_log": 4500,
+        "loss_zeroed": 3550,
         "gpu_underutilized": 4800,
         "source_failing": 5130,
         "gpu_lost": 6500,

@@ -151,3 +151,5 @@ def test_dry_run_over_real_hf_output_fires_grad_norm_not_finite(hf_log: Path) ->
     assert res.returncode == 0, res.stderr
     assert '"rule": "grad_norm_not_finite", "state": "firing", ' in res.stdout
     assert '"step": 12, "value": "NaN"' in res.stdout
+    zeroed = [t for t in map(json.loads, res.stdout.splitlines()) if t["rule"] == "loss_zeroed"]
+    assert [(t["state"], t["step"], t["value"]) for t in zeroed][:1] == [("firing", 12, 0.0)]
