@@ -1,0 +1,149 @@
+"""What alertd's trainer callbacks share: the samples file, the stop request, the run's start and end.
+
+Framework-free; `alertd.integrations.transformers` and `alertd.integrations.lightning` drive it from their
+hooks. The run markers are those alertd's run tracking reads:
+
+- `run.started` = 1 when training begins;
+- `run.stopped` = 1 (labels `reason`: stop_file, SIGINT or SIGUSR1; `rule` when the stop file names one)
+  when a stop request is honoured;
+- at the end, `run.crashed` = 0 and `run.finished` = 1 (it finished), or `run.crashed` = 1 (label
+  `exception`: the exception's type name) and `run.finished` = 1 (it crashed).
+
+A run that began and has not ended when the interpreter exits (an exception no hook saw, `sys.exit` in
+the middle of training) is recorded as crashed by an `atexit` handler, with the type of the exception
+that ended the program where Python kept it (`sys.last_exc`, `sys.last_type`), else "unknown". A process
+killed outright (SIGKILL, the OOM killer) writes nothing: alertd's absence and stall rules are for that.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+from collections.abc import Iterable
+
+from alertd.integrations.samples_writer import (
+    DEFAULT_SAMPLES_NAME,
+    RUN_ENV,
+    SAMPLES_FILE_ENV,
+    SamplesWriter,
+    run_labels,
+)
+from alertd.integrations.stop import DEFAULT_SIGNALS, DEFAULT_STOP_NAME, STOP_FILE, STOP_FILE_ENV, StopRequest
+
+log = logging.getLogger("alertd.integrations")
+
+LOSS = "train/loss"
+GRAD_NORM = "train/grad_norm"
+STARTED = "run.started"
+FINISHED = "run.finished"
+CRASHED = "run.crashed"
+STOPPED = "run.stopped"
+
+
+def resolve(explicit: str | os.PathLike[str] | None, env: str, default: str) -> str:
+    """The constructor's value, else the environment variable's, else the default."""
+    if explicit is not None and os.fspath(explicit):
+        return os.fspath(explicit)
+    return os.environ.get(env) or default
+
+
+class RunRecorder:
+    """One training run's records, from `start()` to `finish()` or `crash()`."""
+
+    def __init__(
+        self,
+        samples_path: str | os.PathLike[str] | None,
+        stop_file: str | os.PathLike[str] | None,
+        run: str | None,
+        signals: Iterable[str] = DEFAULT_SIGNALS,
+    ) -> None:
+        self.samples_path_arg = samples_path
+        self.stop_file_arg = stop_file
+        self.run_arg = run
+        self.signals = tuple(signals)
+        self.writer: SamplesWriter | None = None
+        self.stop = StopRequest(None, ())
+        self.active = False
+        self.last_step: int | None = None
+        self._atexit = False
+
+    def start(self, base_dir: str | os.PathLike[str], step: int) -> None:
+        """Training begins in `base_dir` (the output directory): open the samples file, listen for a stop."""
+        if self.active:  # the last run in this process never said how it ended
+            self.crash("unknown", self.last_step)
+        base = os.path.abspath(os.fspath(base_dir))
+        run = self.run_arg or os.environ.get(RUN_ENV) or os.path.basename(base) or "run"
+        samples = resolve(self.samples_path_arg, SAMPLES_FILE_ENV, os.path.join(base, DEFAULT_SAMPLES_NAME))
+        stop_file = resolve(self.stop_file_arg, STOP_FILE_ENV, os.path.join(base, DEFAULT_STOP_NAME))
+        self.writer = SamplesWriter(samples, run_labels(run))
+        try:  # alertd's stop_file notifier never creates directories; HF makes output_dir only when it saves
+            os.makedirs(os.path.dirname(os.path.abspath(stop_file)), exist_ok=True)
+        except OSError as e:
+            log.warning("alertd: can't create the directory of the stop file %s: %s", stop_file, e)
+        self.stop = StopRequest(stop_file, self.signals)
+        self.stop.install()
+        self.active = True
+        self.last_step = step
+        if not self._atexit:
+            atexit.register(self._at_exit)
+            self._atexit = True
+        self.write(STARTED, 1.0, step)
+        log.info("alertd: recording run %r to %s; stop file %s", run, samples, stop_file)
+
+    def write(self, metric: str, value: float, step: int | None, labels: dict[str, str] | None = None) -> None:
+        """One sample, if a run is being recorded."""
+        if self.writer is not None:
+            self.writer.write(metric, value, step, labels)
+        if step is not None:
+            self.last_step = step
+
+    def stop_reason(self) -> str | None:
+        """The reason of a pending stop request (looks for the stop file), or None."""
+        return self.stop.poll() if self.active else None
+
+    def stopped(self, step: int, reason: str, checkpoint: str | None) -> None:
+        """A stop request is honoured at `step`: say why, in the log and as `run.stopped`."""
+        labels = {"reason": reason}
+        if reason == STOP_FILE and isinstance(rule := self.stop.file_body().get("rule"), str) and rule:
+            labels["rule"] = rule
+        why = self.stop.describe() if self.stop.reason == reason else f"a stop request on another rank ({reason})"
+        where = f"checkpoint: {checkpoint}" if checkpoint else "no checkpoint"
+        log.warning("alertd: stopping at step %d, asked by %s; %s", step, why, where)
+        self.write(STOPPED, 1.0, step, labels)
+        self.stop.consume()
+
+    def finish(self, step: int | None) -> None:
+        """Training ended normally."""
+        if self.active:
+            self.write(CRASHED, 0.0, step)
+            self.write(FINISHED, 1.0, step)
+        self._close()
+
+    def crash(self, exception: str, step: int | None) -> None:
+        """Training ended by an exception of type `exception`."""
+        if self.active:
+            self.write(CRASHED, 1.0, step, {"exception": exception})
+            self.write(FINISHED, 1.0, step)
+        self._close()
+
+    def _close(self) -> None:
+        self.active = False
+        self.stop.uninstall()
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def _at_exit(self) -> None:
+        if self.active:
+            self.crash(exception_name(), self.last_step)
+
+
+def exception_name() -> str:
+    """The type name of the exception that ended the program, where Python kept it; else "unknown"."""
+    exc = getattr(sys, "last_exc", None)
+    if exc is not None:
+        return type(exc).__name__
+    kind = getattr(sys, "last_type", None)
+    return kind.__name__ if isinstance(kind, type) else "unknown"
