@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Sequence
@@ -37,14 +38,17 @@ from alertd.health import SourceHealth
 from alertd.logs import setup_logging
 from alertd.model import Sample, SeriesKey, Transition, TransitionKind, make_labels
 from alertd.notify.base import Notifier
+from alertd.notify.config import KillConfig
 from alertd.notify.registry import build_notifier
 from alertd.persist import StateStore
 from alertd.rules.carry import carry_over, fingerprint, restored, rule_fingerprints
 from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
-from alertd.runs import RunTracker
+from alertd.runs import RunTracker, Writer
 from alertd.sources.base import Source
 from alertd.sources.config import SourceConfig
 from alertd.sources.registry import build_source
+from alertd.sources.tensorboard import TensorBoardSource
+from alertd.writers import WriterClaim, WriterRegistry
 
 log = logging.getLogger("alertd")
 
@@ -85,9 +89,12 @@ class Service:
         clock: Clock | None = None,
         state: Path | None = None,
         console: TextIO | None = None,
+        exec_mode: bool = False,
     ) -> None:
         self.paths = list(paths)
         self.console = console
+        self.exec_mode = exec_mode
+        self.writer_registry = WriterRegistry()
         self.clock = clock or SystemClock()
         config = load_config(self.paths)
         runs = RunTracker(config.stall_after)
@@ -219,11 +226,18 @@ class Service:
         )
 
     def _notifier(self, name: str, cfg: object) -> Notifier:
-        if getattr(cfg, "type", None) == "kill":
-            return build_notifier(name, cfg, report=self._kill_report)  # type: ignore[arg-type]
+        if isinstance(cfg, KillConfig):
+            if self.exec_mode and "target" not in cfg.model_fields_set:
+                cfg = cfg.model_copy(update={"target": "child"})  # under exec, the trainer is the child
+            return build_notifier(
+                name, cfg, report=self._kill_report, writers=self.writer_registry.writer, child=self._child_identity
+            )
         if getattr(cfg, "type", None) == "log" and self.console is not None:
             return build_notifier(name, cfg, stream=self.console)  # type: ignore[arg-type]
         return build_notifier(name, cfg)  # type: ignore[arg-type]
+
+    def _child_identity(self) -> tuple[int, int] | None:
+        return self.child.identity() if self.child is not None else None
 
     async def _kill_report(self, report: Any) -> None:
         """Tell people what the kill notifier did: a notification to every other receiver the alert routes to."""
@@ -254,12 +268,14 @@ class Service:
             health.succeeded(samples, now)
         finally:
             health.busy = False
+        if isinstance(source, TensorBoardSource):  # before the samples: a NaN in a new file needs its writer
+            await self.check_writers(now)
         up = Sample(SeriesKey(SOURCE_UP, make_labels({"source": name})), now, None, 0.0 if health.failures else 1.0)
         self.ingest([*samples, up], now)
 
     def ingest(self, samples: list[Sample], now: float) -> None:
         """Append samples and what they say of their runs, evaluate at `now`, hand the transitions on."""
-        derived = self.engine.runs.observe(samples)
+        derived = self.engine.runs.observe(samples, now)
         if derived:  # series of their own (or `run.finished` where no source wrote it): order kept
             samples = [*samples, *derived]
         for restart in self.engine.buffer.append(samples, now):
@@ -290,12 +306,43 @@ class Service:
         self._wake.set()
 
     async def tick(self) -> None:
-        """The evaluation tick: runs that stalled, time-based conditions and group timers."""
+        """The evaluation tick: writers, runs that stalled, time-based conditions and group timers."""
+        await self.check_writers(self.clock.now())
         now = self.clock.now()
         stalled = self.engine.runs.tick(now)
         if stalled:
             self.engine.buffer.append(stalled, now)
         self.evaluate(now)
+
+    async def check_writers(self, now: float) -> None:
+        """Verify the writers the TensorBoard files name (in a thread: /proc) and tell the runs what lives."""
+        claims = [c for s in self.sources.values() if isinstance(s, TensorBoardSource) for c in s.writer_claims()]
+        if not claims:
+            return
+        changes, unverified = await asyncio.to_thread(self._check_writers, claims, now)
+        for line in changes:
+            log.info("%s", line)
+        derived: list[Sample] = []
+        runs = self.engine.runs
+        for w in self.writer_registry.writers():
+            derived += runs.writer(w.source, w.run, Writer(w.host, w.pid, True, w.alive, w.holding), now)
+        by_run: dict[tuple[str, str], tuple[WriterClaim, bool]] = {}
+        for c, alive in unverified:  # a run's writer lives if any of its files' named process does
+            if alive or (c.source, c.run) not in by_run:
+                by_run[(c.source, c.run)] = (c, alive)
+        for c, alive in by_run.values():
+            derived += runs.writer(c.source, c.run, Writer(c.host, c.pid, False, alive, False), now)
+        if derived:
+            self.engine.buffer.append(derived, now)
+
+    def _check_writers(self, claims: list[WriterClaim], now: float) -> tuple[list[str], list[tuple[WriterClaim, bool]]]:
+        changes = self.writer_registry.check(claims, now)
+        verified = {(w.source, w.run) for w in self.writer_registry.writers()}
+        me = socket.gethostname()
+        unverified = [
+            (c, os.path.exists(f"/proc/{c.pid}")) for c in claims if (c.source, c.run) not in verified and c.host == me
+        ]
+        return changes, unverified
 
     async def _deliveries(self) -> None:
         """Deliver what the outbox holds as soon as it is due; run group timers when they expire."""
@@ -530,7 +577,7 @@ def run_exec(
     if state_dir:
         os.environ["ALERTD_STATE_DIR"] = state_dir
     try:
-        service = Service(paths, console=sys.stderr)
+        service = Service(paths, console=sys.stderr, exec_mode=True)
     except ConfigError as exc:
         for problem in exc.problems:
             log.error("%s", problem)

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from alertd.model import Sample
+from alertd.procfs import Procfs
 from alertd.sources.linetail import LineSplitter
 from alertd.sources.textlog import LineParser, LogStream
 
@@ -54,6 +55,7 @@ class ChildRun:
         self.on_samples = on_samples
         self.parser = parser or LineParser()
         self.pid: int | None = None
+        self.start_ticks: int | None = None
         self.status: int | None = None
         self.started_at: float | None = None
         self._out = (stdout_fd, stderr_fd)
@@ -79,6 +81,8 @@ class ChildRun:
         os.close(w_out)
         os.close(w_err)
         self.pid, self.started_at = pid, time.time()
+        info = Procfs().read(pid)
+        self.start_ticks = info.start_ticks if info is not None else None
         labels = {"source": self.source, "run": self.run, "host": socket.gethostname(), "pid": str(pid)}
         self.stream = LogStream(f"the output of {self.argv[0]} (pid {pid})", labels)
         for src, dst, name in ((r_out, self._out[0], "stdout"), (r_err, self._out[1], "stderr")):
@@ -100,6 +104,12 @@ class ChildRun:
         for t in self._pumps:
             t.join(timeout=10)  # a grandchild may hold the pipes open: don't wait for it forever
         return self.status
+
+    def identity(self) -> tuple[int, int] | None:
+        """(pid, start time in clock ticks) while the child runs: what a `kill` with `target: child` pins."""
+        if self.pid is None or self.start_ticks is None or self.status is not None:
+            return None
+        return self.pid, self.start_ticks
 
     def send(self, sig: int) -> bool:
         """Send `sig` to the child if it has not been reaped; False when it is gone."""

@@ -45,7 +45,7 @@ class Replay:
         There is no live process in a replay: a run is stalled only by a gap inside its data.
         """
         if samples:
-            derived = self.runs.observe(samples)
+            derived = self.runs.observe(samples, samples[-1].time if self.live else None)
             self.restarts += self.buffer.append(_merged(samples, derived))
             self.clock = max(self.clock, samples[-1].time)
         return self.advance(self.clock)

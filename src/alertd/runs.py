@@ -8,9 +8,13 @@ while its writer lives or is unknown) or `ended` with a reason:
   then exited;
 - `crashed`: a non-zero exit code, W&B's crashed/failed state, MLflow's FAILED, a fatal log line;
 - `killed`: ended by a signal (an exit status -N), or after alertd asked it to stop (`run.stopped`);
-- `lost`: the writer on this host vanished while it still held its files and nothing says how; in a
-  replay, a run that announced its start (`run.started`: W&B files, alertd's callbacks) and whose
-  data ends with no end marker.
+- `lost`: the verified writer on this host vanished while it still held its files and nothing says
+  how; in a replay, a run that announced its start (`run.started`: W&B files, alertd's callbacks) and
+  whose data ends with no end marker.
+
+A run whose writer is known only from a file name (never verified: torch's `SummaryWriter` holds no
+file open) ends when that process is gone, with no reason (nothing says how it ended): it is then
+neither stalled nor alerted on. `alertd exec` and the training callbacks say how a run ended.
 
 What sources say, as samples with the run's `source` and `run` labels: `run.started` = 1,
 `run.finished` = 1 (it ended; `run.crashed` beside it tells how), `run.crashed` = 0/1,
@@ -91,6 +95,7 @@ class Run:
     exit_code: int | None = None
     started: bool = False
     stop_requested: bool = False
+    live: bool = False
     first_step: int | None = None
     last_step: int | None = None
     first_time: float = math.inf
@@ -133,8 +138,12 @@ class RunTracker:
 
     # inputs
 
-    def observe(self, samples: Iterable[Sample]) -> list[Sample]:
-        """Take in samples (in time order per run); return the derived samples they cause."""
+    def observe(self, samples: Iterable[Sample], now: float | None = None) -> list[Sample]:
+        """Take in samples (in time order per run); return the derived samples they cause.
+
+        `now` (the service's clock): a run is live, and can stall on the tick, once one of its samples is
+        younger than `stall_after` when it arrives; history read at start-up never stalls.
+        """
         out: list[Sample] = []
         batch = list(samples)
         crashing = {
@@ -157,6 +166,8 @@ class RunTracker:
                 self._marker(run, metric, s.value, t, out)
             else:
                 self._progress(run, s.step, t, out)
+                if now is not None and now - t < self.stall_after:
+                    run.live = True
                 if (metric == HF_SUMMARY or metric.endswith("/" + HF_SUMMARY)) and run.state is not RunState.ENDED:
                     self._end(run, EndReason.FINISHED, t, out, say_finished=True)
         return out
@@ -167,10 +178,17 @@ class RunTracker:
         before = r.writer
         r.writer = writer
         out: list[Sample] = []
-        if r.state is RunState.STALLED and not writer.alive and (before is None or not before.alive):
-            r.state = RunState.RUNNING  # stalled on time alone; its writer turns out to be long gone
-            out.append(Sample(SeriesKey(STALLED, r.labels), now, r.last_step, 0.0))
-        if r.state is RunState.ENDED or writer.alive or before is None or not before.alive:
+        if r.state is RunState.ENDED or writer.alive:
+            return out
+        if not writer.verified:
+            # Only a file name says who writes (torch's writer holds no file open, so it is never
+            # verified): the process it names is gone, so the run is over, but nothing says how.
+            if r.state is RunState.STALLED:
+                out.append(Sample(SeriesKey(STALLED, r.labels), now, r.last_step, 0.0))
+            r.state, r.reason, r.ended_at = RunState.ENDED, None, now
+            out.append(Sample(SeriesKey(FINISHED, r.labels), now, r.last_step, 1.0))
+            return out
+        if before is None or not before.alive:
             return out
         # The writer was alive and is gone, and nothing said the run ended.
         reason = EndReason.FINISHED if not before.holding else EndReason.LOST
@@ -198,7 +216,7 @@ class RunTracker:
         """Runs that stalled by `now` (their writer alive or unknown): their `run.stalled` = 1."""
         out: list[Sample] = []
         for r in self.runs.values():
-            if r.state is RunState.RUNNING and now - r.last_time >= self.stall_after:
+            if r.live and r.state is RunState.RUNNING and now - r.last_time >= self.stall_after:
                 if r.writer is not None and not r.writer.alive:
                     continue  # no writer: `writer()` decides how it ended
                 r.state = RunState.STALLED

@@ -29,7 +29,7 @@ def test_a_gap_inside_the_data_is_a_stall_and_moving_again_ends_it() -> None:
 
 def test_a_live_stall_on_the_tick_and_none_once_the_run_ended() -> None:
     runs = RunTracker(stall_after=60)
-    runs.observe([s("loss", 0, 5)])
+    runs.observe([s("loss", 0, 5)], now=1)
     assert runs.tick(50) == []
     assert derived(runs.tick(61)) == [("run.stalled", 60, 1.0, {})]
     assert runs.tick(100) == []  # said once
@@ -72,10 +72,15 @@ def test_a_writer_that_vanishes_holding_its_files_is_lost_one_that_closed_them_f
     assert derived(runs.writer("src", "b", Writer("h", 10, True, False, False), 3))[0][3] == {"reason": "finished"}
 
 
-def test_a_run_whose_writer_is_long_gone_never_stalls() -> None:
+def test_a_run_whose_unverified_writer_is_gone_ends_quietly_and_never_stalls() -> None:
     runs = RunTracker(stall_after=60)
-    runs.observe([s("loss", 0, 1)])
-    runs.writer("src", "r1", Writer("h", 10, False, False, False), 1)
+    runs.observe([s("loss", 0, 1)], now=0)
+    runs.writer("src", "r1", Writer("h", 10, False, True, False), 1)
+    assert derived(runs.tick(61)) == [("run.stalled", 60, 1.0, {})]  # the pid lives: a hung run
+    got = runs.writer("src", "r1", Writer("h", 10, False, False, False), 70)
+    assert derived(got) == [("run.stalled", 70, 0.0, {}), ("run.finished", 70, 1.0, {})]  # no run.end
+    r = runs.runs[("src", "r1")]
+    assert r.state is RunState.ENDED and r.reason is None
     assert runs.tick(1000) == []
 
 
@@ -91,3 +96,11 @@ def test_alertd_s_stop_request_makes_the_end_killed_and_new_data_restarts_a_run(
     assert derived(got)[-1] == ("run.end", 2, 1.0, {"reason": "killed"})
     runs.observe([s("loss", 10, 2)])
     assert runs.runs[("src", "r1")].state is RunState.RUNNING and runs.runs[("src", "r1")].reason is None
+
+
+def test_history_read_at_start_up_never_stalls() -> None:
+    runs = RunTracker(stall_after=60)
+    runs.observe([s("loss", 0, 1)], now=10_000)  # a run that ended long before alertd started
+    assert runs.tick(10_001) == []
+    runs.observe([s("loss", 10_000, 2)], now=10_000)  # it writes again: live
+    assert derived(runs.tick(10_060)) == [("run.stalled", 10_060, 1.0, {})]

@@ -144,12 +144,33 @@ def own_pid_alive(pid: int) -> bool:
     return proc_state(pid) not in (None, "Z", "X")
 
 
-def event_file_writer_labels(logdir: Path) -> dict[str, str]:
-    """host and pid as the TensorBoard source reads them from torch/tensorboard event file names.
+def tb_child(
+    spawner: Spawner, logdir: Path, mode: str, host: str | None = None
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start tb_writer_child.py writing into `logdir` (see its docstring for `mode`); return it and its READY.
 
-    `events.out.tfevents.<secs>.<host>.<pid>.<n>`: the host may contain dots, so pid and counter are
-    taken from the right.
+    READY holds the path of the event file once a NaN is on disk.
     """
-    (name,) = [p.name for p in logdir.iterdir() if "tfevents" in p.name]
-    parts = name.split(".")
-    return {"host": ".".join(parts[4:-2]), "pid": parts[-2], "run": ".", "source": "tb"}
+    spawner._n += 1
+    ready = spawner.tmp / f"tbchild-{spawner._n}.ready"
+    argv = [PYTHON, str(HERE / "tb_writer_child.py"), str(logdir), str(ready), mode, *([host] if host else [])]
+    p = spawner.popen(argv)
+    wait_for(ready.exists, f"tb_writer_child {mode} (pid {p.pid}) to write its NaN", proc=p)
+    return p, ready
+
+
+def tb_source(logdir: Path, name: str = "tb") -> Any:
+    """A TensorBoard source over `logdir`, as the service builds it."""
+    from alertd.sources.config import TensorBoardConfig
+    from alertd.sources.tensorboard import TensorBoardSource
+
+    return TensorBoardSource(
+        TensorBoardConfig.model_validate({"name": name, "type": "tensorboard", "logdir": str(logdir)})
+    )
+
+
+def nan_labels(source: Any) -> dict[str, str]:
+    """Poll `source` once and return the labels of its (single) NaN sample: what the alert would carry."""
+    found = {s.series.labels for s in source.read_new() if math.isnan(s.value)}
+    assert len(found) == 1, found
+    return dict(next(iter(found)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -12,12 +13,12 @@ import pytest
 from kill_helpers import (
     PYTHON,
     Spawner,
-    event_file_writer_labels,
     firing,
     notification,
     own_pid_alive,
     signals_received,
     spawn_with_pid,
+    tb_source,
     wait_for,
 )
 
@@ -25,6 +26,7 @@ from alertd.errors import NotifyError
 from alertd.model import TransitionKind
 from alertd.notify.config import KillConfig
 from alertd.notify.kill import KillNotifier, KillReport
+from alertd.writers import WriterRegistry
 
 pytestmark = pytest.mark.anyio
 
@@ -35,17 +37,23 @@ def kill_cfg(**kw: object) -> KillConfig:
 
 
 async def test_trainer_saves_checkpoint_on_sigint_and_nothing_more_is_sent(spawner: Spawner) -> None:
-    """The writer named by a real event file gets SIGINT, checkpoints, exits 0; no SIGTERM/SIGKILL."""
+    """The verified writer of a real event file gets SIGINT, checkpoints, exits 0; no SIGTERM/SIGKILL."""
     proc, work = spawner.script("trainer_script.py")
-    labels = event_file_writer_labels(work / "logs")
-    assert labels["pid"] == str(proc.pid)
-    assert labels["host"] == socket.gethostname()
+    source = tb_source(work / "logs")
+    nans: list[tuple[tuple[str, str], ...]] = []
+    wait_for(lambda: nans.extend(s.series.labels for s in source.read_new() if math.isnan(s.value)) or nans, "a NaN")
+    labels = dict(nans[0])
+    assert labels == {"source": "tb", "run": ".", "host": socket.gethostname(), "pid": str(proc.pid)}
+    registry = WriterRegistry()
+    registry.check(source.writer_claims(), time.time())
+    writer = registry.writer("tb", ".")
+    assert writer is not None and writer.pid == proc.pid and writer.host == socket.gethostname()
     reports: list[KillReport] = []
 
     async def collect(r: KillReport) -> None:
         reports.append(r)
 
-    notifier = KillNotifier("stop", kill_cfg(grace=10), report=collect)
+    notifier = KillNotifier("stop", kill_cfg(grace=10), report=collect, writers=registry.writer)
     await notifier.send(notification(firing(labels)))
     await notifier.wait_idle()
 
@@ -124,30 +132,34 @@ async def test_resolution_alone_sends_nothing(spawner: Spawner) -> None:
 async def test_dry_run_reports_and_sends_nothing(spawner: Spawner) -> None:
     """dry_run: the report says what would be done; the process gets no signal."""
     proc, work = spawner.script("stubborn_script.py")
-    labels = {"host": socket.gethostname(), "pid": str(proc.pid)}
     reports: list[KillReport] = []
 
     async def collect(r: KillReport) -> None:
         reports.append(r)
 
-    notifier = KillNotifier("stop", kill_cfg(dry_run=True), report=collect)
-    await notifier.send(notification(firing(labels, active_at=time.time())))
+    notifier = KillNotifier("stop", kill_cfg(target="pid", pid=proc.pid, dry_run=True), report=collect)
+    await notifier.send(notification(firing({"run": "r"}, active_at=time.time())))
     await notifier.wait_idle()
     time.sleep(0.2)
     (report,) = reports
     assert report.dry_run and report.signals == () and report.refused is None and report.pid == proc.pid
     assert "would send SIGINT, then SIGTERM, then SIGKILL" in report.note
-    assert "DRY RUN" in report.summary()
+    assert "DRY RUN" in report.summary() and report.cmdline == ""  # nothing signalled: no command line
     assert signals_received(work) == [] and proc.poll() is None
 
 
-async def test_short_host_name_matches(spawner: Spawner) -> None:
-    """`node7` in the labels names this machine when it is `node7.cluster.example` (and vice versa)."""
-    proc, _ = spawner.script("stubborn_script.py")
-    notifier = KillNotifier("stop", kill_cfg(dry_run=True), hostname="node7.cluster.example")
-    await notifier.send(notification(firing({"host": "NODE7", "pid": str(proc.pid)})))
+async def test_short_host_name_does_not_match_the_long_one(spawner: Spawner) -> None:
+    """`node7` in the labels does not name this machine when it is `node7.cluster.example`: exact names only.
+
+    (It used to match on the short name; a host label from anyone's file name must match exactly.)
+    """
+    proc, work = spawner.script("stubborn_script.py")
+    registry = WriterRegistry(hostname="node7.cluster.example")
+    notifier = KillNotifier("stop", kill_cfg(dry_run=True), hostname="node7.cluster.example", writers=registry.writer)
+    await notifier.send(notification(firing({"source": "tb", "run": ".", "host": "node7", "pid": str(proc.pid)})))
     (report,) = notifier.history
-    assert report.refused is None and report.pid == proc.pid
+    assert report.refused == "the data comes from host 'node7', not this machine ('node7.cluster.example')"
+    assert signals_received(work) == [] and proc.poll() is None
 
 
 async def test_cmdline_all_stops_every_match(spawner: Spawner) -> None:

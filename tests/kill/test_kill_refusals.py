@@ -15,7 +15,9 @@ from kill_helpers import Spawner, firing, notification, proc_state, signals_rece
 
 from alertd.errors import NotifyError
 from alertd.notify.config import KillConfig
-from alertd.notify.kill import KillNotifier, KillReport
+from alertd.notify.kill import KillNotifier, KillReport, WriterLookup
+from alertd.procfs import Procfs
+from alertd.writers import VerifiedWriter
 
 pytestmark = pytest.mark.anyio
 HOST = socket.gethostname()
@@ -26,26 +28,40 @@ def kill_cfg(**kw: object) -> KillConfig:
     return KillConfig.model_validate({"type": "kill", "grace": 0.2, **kw})
 
 
-async def refused(cfg: KillConfig, labels: dict[str, str], proc_root: Path | None = None) -> KillReport:
-    """Send one firing alert and return the single report, which must be a refusal."""
-    notifier = KillNotifier("stop", cfg, proc_root=proc_root or "/proc")
+async def refused(
+    cfg: KillConfig, labels: dict[str, str], proc_root: Path | None = None, writers: WriterLookup | None = None
+) -> KillReport:
+    """Send one firing alert and return the single report, which must be a refusal naming no command line."""
+    notifier = KillNotifier("stop", cfg, proc_root=proc_root or "/proc", writers=writers)
     await notifier.send(notification(firing(labels)))
     await notifier.wait_idle()
     (report,) = notifier.history
     assert report.refused is not None, report
-    assert report.signals == () and not report.exited
+    assert report.signals == () and not report.exited and report.cmdline == ""
     assert "REFUSED" in report.summary()
     return report
 
 
-async def test_never_pid_1(caplog: pytest.LogCaptureFixture) -> None:
-    """pid 1 from the labels is refused (and logged at error level); the config rejects `pid: 1`."""
+def verified(pid: int, start_ticks: int, *, alive: bool = True) -> WriterLookup:
+    """A writers lookup that answers one verified writer of run `.` of source `tb` (shape only)."""
+    w = VerifiedWriter("tb", ".", "/logs/events", HOST, pid, start_ticks, os.getuid(), 0.0, True, alive)
+    return lambda source, run: w if (source, run) == ("tb", ".") else None
+
+
+async def test_never_pid_1(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    """pid 1 from a pidfile is refused (and logged at error level); the config rejects `pid: 1`."""
+    pidfile = tmp_path / "init.pid"
+    pidfile.write_text("1\n")
     with caplog.at_level(logging.ERROR, logger="alertd.notify.kill"):
-        report = await refused(kill_cfg(), {"host": HOST, "pid": "1"})
+        report = await refused(kill_cfg(target="pidfile", pidfile=str(pidfile)), {})
     assert "init" in str(report.refused)
     assert any(r.levelno == logging.ERROR and "REFUSED pid 1" in r.getMessage() for r in caplog.records)
     with pytest.raises(pydantic.ValidationError, match="greater than or equal to 2"):
         kill_cfg(target="pid", pid=1)
+    init = Procfs().read(1)
+    assert init is not None
+    report = await refused(kill_cfg(), {"source": "tb", "run": "."}, writers=verified(1, init.start_ticks))
+    assert report.refused == "pid 1 is init or the kernel: never signalled"  # even a "verified" pid 1
 
 
 async def test_never_itself() -> None:
@@ -88,33 +104,50 @@ async def test_cmdline_matching_one_child_acts(spawner: Spawner) -> None:
 async def test_no_cmdline_match() -> None:
     """A pattern that matches nothing is refused by name."""
     report = await refused(kill_cfg(target="cmdline", cmdline="no-such-process-[x]{3}-alertd"), {})
-    assert "no process matches" in str(report.refused)
+    assert report.refused == "no process that alertd may signal matches cmdline 'no-such-process-[x]{3}-alertd'"
 
 
 async def test_another_host(spawner: Spawner) -> None:
-    """A writer on another host is refused, even when a local process has that pid."""
+    """A writer on another host is refused, even when a local process has that pid and is verified."""
     proc, work = spawner.script("stubborn_script.py")
-    report = await refused(kill_cfg(), {"host": "gpu-node-99", "pid": str(proc.pid)})
+    info = Procfs().read(proc.pid)
+    assert info is not None
+    labels = {"source": "tb", "run": ".", "host": "gpu-node-99", "pid": str(proc.pid)}
+    report = await refused(kill_cfg(), labels, writers=verified(proc.pid, info.start_ticks))
     assert "gpu-node-99" in str(report.refused) and report.host == "gpu-node-99"
     assert signals_received(work) == [] and proc.poll() is None
 
 
-async def test_missing_labels_and_garbage_pid() -> None:
-    """Target writer needs both labels, and a numeric pid."""
-    assert "no pid label" in str((await refused(kill_cfg(), {"host": HOST})).refused)
-    assert "no host label" in str((await refused(kill_cfg(), {"pid": "1234"})).refused)
-    bad = await refused(kill_cfg(), {"host": HOST, "pid": "12a"})
-    assert bad.refused == "the pid label '12a' is not a process id"
+async def test_missing_labels_and_no_registry() -> None:
+    """Target writer needs a writers lookup, and the alert's source and run labels; a pid label alone is nothing."""
+    none = await refused(kill_cfg(), {"source": "tb", "run": ".", "host": HOST, "pid": "1234"})
+    assert none.refused == "no writer registry: target writer acts only on a writer alertd has verified"
+    lookup = verified(4194000, 1)
+    for labels in ({"host": HOST, "pid": "1234"}, {"source": "tb", "pid": "1234"}):
+        report = await refused(kill_cfg(), labels, writers=lookup)
+        assert (
+            report.refused
+            == "the alert has no source and run labels: target writer acts only on a run's verified writer"
+        )
+    report = await refused(kill_cfg(), {"source": "tb", "run": "other", "pid": "1234"}, writers=lookup)
+    assert report.refused == (
+        "no process has been seen holding an event file of run 'other' (source 'tb') open: "
+        "a pid in a file name is not trusted"
+    )
 
 
-async def test_writer_pid_reused_after_the_alert(spawner: Spawner) -> None:
-    """The pid in the labels now names a process that started after the alert: not the writer."""
+async def test_writer_pid_reused_after_verification(spawner: Spawner) -> None:
+    """The verified writer's pid now names a process with another start time: not the writer, not signalled."""
     proc, work = spawner.script("stubborn_script.py")
-    notifier = KillNotifier("stop", kill_cfg())
-    alert = firing({"host": HOST, "pid": str(proc.pid)}, active_at=time.time() - 600)
-    await notifier.send(notification(alert))
-    (report,) = notifier.history
-    assert "after the alert became active" in str(report.refused)
+    info = Procfs().read(proc.pid)
+    assert info is not None
+    lookup = verified(proc.pid, info.start_ticks - 1)
+    report = await refused(kill_cfg(), {"source": "tb", "run": "."}, writers=lookup)
+    assert report.refused == (
+        f"the verified writer of run '.' (pid {proc.pid}) has exited: pid {proc.pid} now names another process"
+    )
+    report = await refused(kill_cfg(), {"source": "tb", "run": "."}, writers=verified(proc.pid, 1, alive=False))
+    assert report.refused == f"the verified writer of run '.' (pid {proc.pid}) has exited"
     assert signals_received(work) == [] and proc.poll() is None
 
 
@@ -183,9 +216,11 @@ async def test_internal_error_is_not_recoverable(tmp_path: Path) -> None:
     from test_procs import fake_proc
 
     root = fake_proc(tmp_path, {4242: {}}, btime=False)
-    notifier = KillNotifier("stop", kill_cfg(), proc_root=root)
+    pidfile = tmp_path / "train.pid"
+    pidfile.write_text("4242\n")
+    notifier = KillNotifier("stop", kill_cfg(target="pidfile", pidfile=str(pidfile)), proc_root=root)
     with pytest.raises(NotifyError) as err:
-        await notifier.send(notification(firing({"host": HOST, "pid": "4242"})))
+        await notifier.send(notification(firing({})))
     assert not err.value.recoverable and "internal error" in str(err.value)
 
 

@@ -1,8 +1,10 @@
 """A trainer-like child for the kill tests.
 
 It writes real TensorBoard event files with tensorboard's own EventFileWriter (so the file name carries
-this host and this pid), and on SIGINT it saves a "checkpoint" file and exits 0, as a careful training
-loop does. It writes READY once its handler is installed and the first event is on disk.
+this host and this pid) and keeps its event file open with `alertd.writers.hold()`, as alertd's training
+callback does (without TensorFlow, EventFileWriter holds the file only while it writes, so alertd could
+not verify the writer otherwise). On SIGINT it saves a "checkpoint" file and exits 0, as a careful
+training loop does. It writes READY once its handler is installed and the first event is on disk.
 
 Usage: trainer_script.py LOGDIR CHECKPOINT READY
 """
@@ -19,6 +21,8 @@ from types import FrameType
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from alertd.writers import hold
 
 logdir, checkpoint, ready = sys.argv[1:4]
 writer = EventFileWriter(logdir)
@@ -41,6 +45,8 @@ def on_sigint(signum: int, frame: FrameType | None) -> None:
 
 signal.signal(signal.SIGINT, on_sigint)
 log_loss(1.0)
+name = writer._general_file_writer.filename
+held = hold(name.decode() if isinstance(name, bytes) else name)
 Path(ready).write_text("ready")
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline:

@@ -16,10 +16,13 @@ TRAINER = r"""
 import math, signal, sys, time
 from pathlib import Path
 from alertd.testing.tbwriter import ScalarWriter
+from alertd.writers import hold
 work = Path(sys.argv[1])
 stop = []
 signal.signal(signal.SIGINT, lambda *a: stop.append(1))
 w = ScalarWriter(work / "runs" / "exp1")
+w.flush()
+held = hold(w.path)  # torch's writer holds no file open: this one does, so alertd can verify it
 for step in range(1000):
     loss = math.nan if step == 20 else 2.0 - step / 1000
     w.add_scalar("train/loss", loss, step)

@@ -6,7 +6,7 @@ import re
 import signal
 from typing import ClassVar, Literal
 
-from pydantic import ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from alertd.config_types import Duration, Strict
 
@@ -75,17 +75,48 @@ class EmailConfig(Strict):
     """A PEM file of CA certificates to trust instead of the system's (private CA, self-signed)."""
 
 
-class KillConfig(Strict):
-    """Stops the training process: SIGINT first (checkpoint), then escalates.
+class AskFirstConfig(Strict):
+    """The kill notifier's polite first step: create a stop file, then wait for the process to leave.
 
-    `target` says how the process is found: `writer` (the `pid` and `host` labels of the alert, set from
-    the event file name), `pid`, `pidfile` (a file holding the pid) or `cmdline` (a regular expression
-    searched in `/proc/<pid>/cmdline` that must match exactly one process, or every match with `all`).
-    `signals` are sent in order, `grace` apart, until the process exits.
+    `stop_file` is a path template with `{label}` placeholders, expanded and checked exactly as the
+    `stop_file` notifier's `path` (absolute, or relative to `base_dir`, never leaving it). alertd's
+    training callback polls that file (default `<output_dir>/ALERTD_STOP`), saves a checkpoint and stops.
+    """
+
+    stop_file: str = Field(min_length=1)
+    base_dir: str | None = None
+    wait: Duration = 60.0
+
+    @model_validator(mode="after")
+    def _path(self) -> AskFirstConfig:
+        try:
+            self.stop_file_config()
+        except ValidationError as e:
+            why = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
+            raise ValueError(f"stop_file: {why}") from None
+        if self.wait < 0:
+            raise ValueError("ask_first.wait must not be negative")
+        return self
+
+    def stop_file_config(self) -> StopFileConfig:
+        """The same path as a `stop_file` notifier config (validated: stray braces, relative paths)."""
+        return StopFileConfig(type="stop_file", path=self.stop_file, base_dir=self.base_dir)
+
+
+class KillConfig(Strict):
+    """Stops the training process: optionally asks first (a stop file), then SIGINT (checkpoint), escalating.
+
+    `target` says how the process is found: `writer` (the process alertd verified as holding an event file
+    of the alert's `source` and `run` open, see `alertd.writers`; a pid in a file name or label is never
+    trusted), `pid`, `pidfile` (a small regular file holding the pid), `cmdline` (a regular expression
+    searched in `/proc/<pid>/cmdline` that must match exactly one process alertd may signal, or every such
+    match with `all`) or `child` (the trainer `alertd exec` started: the default under `alertd exec`).
+    With `ask_first`, a stop file is created first and the process gets `wait` to exit
+    by itself. `signals` are then sent in order, `grace` apart, until the process exits.
     """
 
     type: Literal["kill"]
-    target: Literal["writer", "pid", "pidfile", "cmdline"] = "writer"
+    target: Literal["writer", "pid", "pidfile", "cmdline", "child"] = "writer"
     pid: int | None = Field(default=None, ge=2)
     pidfile: str | None = None
     cmdline: str | None = None
@@ -94,6 +125,7 @@ class KillConfig(Strict):
     grace: Duration = 60.0
     dry_run: bool = False
     allow_other_users: bool = False
+    ask_first: AskFirstConfig | None = None
 
     @field_validator("signals")
     @classmethod

@@ -3,35 +3,63 @@
 For each alert that turns FIRING (once per firing: the key is the alert's fingerprint and `active_at`, so
 repeats and re-sends do nothing; resolutions never act), the notifier finds the target process
 (`KillConfig.target`), checks that it may stop it (`procs.refusal`: never pid 1, itself, its ancestors,
-a zombie, a kernel thread or another user's process), pins it by pid and start time, and sends the
-signals of `KillConfig.signals` in order, `grace` seconds apart, until the process exits. The identity
-is checked again before every signal: a pid that now names another process is never signalled.
+a thread id, a zombie, a kernel thread or another user's process), pins it by pid and start time, and
+sends the signals of `KillConfig.signals` in order, `grace` seconds apart, until the process exits. The
+identity is checked again before every signal: a pid that now names another process is never signalled.
+
+How each target is found, and what is trusted:
+- `writer`: ONLY the verified writer of the alert's (`source`, `run`) labels, from the `writers` lookup
+  (`alertd.writers.WriterRegistry.writer`): a process alertd saw holding an event file of that run open
+  for writing, whose uid owns the file, on this host. It is pinned by the verified pid AND start time;
+  the alert's `pid` label never names the target (where present, it must agree with the verified
+  writer, or the alert is refused: the data came from another process's file). A `host` label must equal
+  this host's name exactly. Without a lookup (`writers=None`) every writer target is refused.
+- `pid`: the configured pid.
+- `pidfile`: a regular file (not a link, FIFO or device) of at most `PIDFILE_MAX` bytes, read in a worker
+  thread; owned by root, by alertd's uid or by the uid of the process it names; a process that started
+  after the file was written (more than `START_SLACK_TICKS` clock ticks after its mtime) is a reused pid.
+- `cmdline`: the regular expression is matched only against processes alertd may signal; another user's
+  process (without `allow_other_users`), a zombie, alertd or its ancestors neither count nor match.
+
+`ask_first` (optional): before any signal, the stop file of `KillConfig.ask_first` is created (the same
+path rules as the `stop_file` notifier) and the process gets `wait` seconds to exit by itself (alertd's
+training callback saves a checkpoint and stops); only then do the signals start. The stop file is
+created even when no process can be signalled (refused target): asking is always safe.
 
 Policy choices:
 - A refusal (target not found, not allowed, on another host, ambiguous) is not a delivery failure that a
   retry could fix: it is logged at error level and reported, and `send` does not raise. Internal errors
   (a bug, an unreadable /proc) raise `NotifyError(recoverable=False)`.
-- `send` sends the first signal itself, then the escalation runs as a background task, so the delivery
-  pipeline never waits through the grace periods. One `KillReport` per target is handed to `report`
-  and kept in `history` once the escalation ends (at once for refusals and dry runs).
-- For target `writer`, a process that started after the alert became active can't have written the
-  data behind it: the pid was reused, and it is refused. For `pidfile`, the same holds for a process
-  that started after the pidfile was written.
-- `aclose()` stops every running escalation: no signal is sent after it is called (the first, polite
-  signal has already gone out). Each stopped escalation is reported with the note "escalation cancelled
-  at shutdown"; `aclose` waits up to `CLOSE_WAIT` seconds for those reports.
+- Reports and logs name the command line of a process only once alertd has signalled it; refusals name
+  pids and uids, never another process's command line.
+- Without `ask_first`, `send` sends the first signal itself, then the escalation runs as a background
+  task, so the delivery pipeline never waits through the grace periods. With it, the wait and every signal
+  run in the background. One `KillReport` per target is handed to `report` and kept in `history` once it
+  ends (at once for refusals and dry runs).
+- `aclose()` stops every running escalation: no signal is sent after it is called. Each stopped escalation
+  is reported with the note "escalation cancelled at shutdown ..."; `aclose` waits up to `CLOSE_WAIT`
+  seconds for those reports.
+
+Remaining windows, honestly: the writer is verified at the registry's last check, not at the instant of
+the signal; between that check and the signal only its identity (pid + start time, then a pidfd) is
+checked again, not that it still holds the file. A pid reused within one clock tick (10 ms) of the
+original process's start passes the start-time check alone; the pidfd catches that where pidfds exist.
+For `pidfile`, a reused pid whose process started within `START_SLACK_TICKS` after the file's mtime passes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import re
 import signal
 import socket
+import stat
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from alertd.clock import Clock, SystemClock
@@ -39,16 +67,24 @@ from alertd.errors import NotifyError
 from alertd.model import Notification, Transition, TransitionKind, format_time
 from alertd.notify.config import KillConfig
 from alertd.notify.procs import Delivery, ExitSeen, ProcessHandle, Procfs, ProcInfo, refusal
+from alertd.notify.stop_file import StopFileNotifier
+from alertd.writers import VerifiedWriter
 
 log = logging.getLogger(__name__)
 
+WriterLookup = Callable[[str, str], VerifiedWriter | None]
+"""(source, run) -> the run's verified writer, or None: `WriterRegistry.writer`."""
+
 POLL = 0.05
 """Seconds between two looks at /proc while waiting for the target to exit."""
-STARTED_SLACK = 2.0
-"""Seconds of tolerance when comparing a process start time (whole-second boot time) with an instant."""
+START_SLACK_TICKS = 2
+"""Clock ticks a process may have started after a pidfile's mtime (mtimes come from a coarse clock)."""
+PIDFILE_MAX = 64
+"""A pidfile larger than this many bytes is refused unread."""
 CLOSE_WAIT = 5.0
 """Seconds `aclose` waits for the reports of the escalations it stopped."""
 _ACTED_MAX = 10_000
+_PID_TEXT = re.compile(r"\s*([0-9]{1,10})\s*")
 _WHY = {
     Delivery.GONE: "process gone/reused",
     Delivery.EXITED: "process already exited",
@@ -69,7 +105,8 @@ class KillReport:
     """What the kill notifier did (or refused to do) for one alert and one target process.
 
     `exit_status` follows subprocess's returncode: 0..255 the exit code, -N killed by signal N; None
-    where unknown. `refused` says why nothing was signalled; `note` adds what else happened.
+    where unknown. `refused` says why nothing was signalled; `note` adds what else happened (the stop
+    file asked first, a cancelled escalation). `cmdline` is set only for a process that was signalled.
     """
 
     notifier: str
@@ -92,15 +129,17 @@ class KillReport:
         if self.cmdline:
             who += f" ({self.cmdline[:80]})"
         head = f"kill {self.notifier} for {self.rule}: "
+        note = f"; {self.note}" if self.note else ""
         if self.refused is not None:
-            return f"{head}REFUSED {who} on {self.host}: {self.refused}"
+            return f"{head}REFUSED {who} on {self.host}: {self.refused}{note}"
         if self.dry_run:
             return f"{head}DRY RUN {who} on {self.host}: {self.note}"
         sent = ", ".join(f"{s.name} at {format_time(s.time)}" for s in self.signals)
         end = "exited" if self.exited else "still running"
         if self.exit_status is not None:
             end += f" with status {self.exit_status}"
-        return f"{head}sent {sent} to {who} on {self.host}; {end}" + (f"; {self.note}" if self.note else "")
+        did = f"sent {sent} to" if sent else "sent no signal to"
+        return f"{head}{did} {who} on {self.host}; {end}{note}"
 
 
 class Refused(Exception):
@@ -115,15 +154,44 @@ class Refused(Exception):
 @dataclass(frozen=True, slots=True)
 class _Candidate:
     pid: int
+    start_ticks: int | None = None
+    """The pinned identity (writer: the verified start time): another start time is another process."""
     born_before: float | None = None
-    """The process must have started before this instant (writer: the alert; pidfile: its mtime)."""
+    """The process must have started before this instant (pidfile: its mtime), epoch seconds."""
+    owner_uid: int | None = None
+    """The uid owning the pidfile: it may name only its own processes (root's and alertd's: any)."""
     what: str = ""
 
 
-class KillNotifier:
-    """Stops the process behind a firing alert: first signal at once, escalation in the background.
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """The outcome of the `ask_first` step for one alert."""
 
-    `report` receives every `KillReport` (the app turns it into a notification); `hostname` overrides
+    path: Path | None
+    error: str = ""
+    at: float = 0.0
+    """time.monotonic() when the file was created."""
+
+    def note(self) -> str:
+        if self.path is None:
+            return f"could not ask via stop file: {self.error}"
+        return f"asked to stop via {self.path}"
+
+
+@dataclass(slots=True)
+class _Job:
+    base: KillReport
+    handle: ProcessHandle
+    cmdline: str
+    sent: list[SentSignal] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class KillNotifier:
+    """Stops the process behind a firing alert (see the module docstring for what is trusted).
+
+    `report` receives every `KillReport` (the app turns it into a notification); `writers` looks up the
+    verified writer of a run (None: `target: writer` always refuses); `hostname` overrides
     `socket.gethostname()` and `proc_root` the /proc tree (tests only: a fake tree is never signalled).
     """
 
@@ -133,6 +201,8 @@ class KillNotifier:
         cfg: KillConfig,
         *,
         report: Callable[[KillReport], Awaitable[None]] | None = None,
+        writers: WriterLookup | None = None,
+        child: Callable[[], tuple[int, int] | None] | None = None,
         hostname: str | None = None,
         proc_root: str | os.PathLike[str] = "/proc",
         clock: Clock | None = None,
@@ -143,10 +213,13 @@ class KillNotifier:
         self.procfs = Procfs(proc_root)
         self.history: list[KillReport] = []
         self._report = report
+        self._writers = writers
+        self._child = child
         self._clock = clock or SystemClock()
         self._signals = [signal.Signals[n] for n in cfg.signals]
+        self._asker = StopFileNotifier(name, cfg.ask_first.stop_file_config()) if cfg.ask_first else None
         self._acted: dict[tuple[str, float], None] = {}
-        self._tasks: dict[asyncio.Task[None], tuple[KillReport, ProcessHandle, list[SentSignal]]] = {}
+        self._tasks: dict[asyncio.Task[None], _Job] = {}
         self._closed = False
 
     async def send(self, notification: Notification) -> None:
@@ -178,12 +251,12 @@ class KillNotifier:
             task.cancel()
         if running:
             await asyncio.wait(running, timeout=CLOSE_WAIT)
-        for task, (base, handle, sent) in running.items():
+        for task, job in running.items():
             if task.done() and task in self._tasks:  # cancelled before it ever ran: report it here
                 del self._tasks[task]
-                handle.close()
-                note = f"escalation cancelled at shutdown after {sent[-1].name}"
-                await self._emit(replace(base, signals=tuple(sent), note=note))
+                job.handle.close()
+                job.notes.append(_cancelled(job.sent))
+                await self._emit(self._final(job, None))
 
     async def wait_idle(self) -> None:
         """Wait until every running escalation has ended (tests and orderly shutdown)."""
@@ -195,8 +268,11 @@ class KillNotifier:
         while len(self._acted) > _ACTED_MAX:
             del self._acted[next(iter(self._acted))]
 
+    # -- finding the targets ---------------------------------------------------------------------
+
     async def _act(self, alert: Transition) -> None:
-        host = dict(alert.labels).get("host", self.hostname) if self.cfg.target == "writer" else self.hostname
+        labels = dict(alert.labels)
+        host = (labels.get("host") or self.hostname) if self.cfg.target == "writer" else self.hostname
         base = KillReport(
             notifier=self.name,
             fingerprint=alert.fingerprint,
@@ -207,151 +283,266 @@ class KillNotifier:
             dry_run=self.cfg.dry_run,
         )
         try:
-            candidates = self._candidates(alert)
+            targets, refusals = await asyncio.to_thread(self._resolve, alert)
         except Refused as r:
-            await self._emit(replace(base, pid=r.pid, refused=r.reason))
-            return
-        for cand in candidates:
+            targets, refusals = [], [(r.pid, r.reason)]
+        asked = await self._ask(alert) if self._asker is not None and not self.cfg.dry_run else None
+        for pid, reason in refusals:
+            note = f"{asked.note()}; nothing signalled" if asked is not None else ""
+            await self._emit(replace(base, pid=pid, refused=reason, note=note))
+        for info in targets:
+            await self._start(base, info, alert, asked)
+
+    def _resolve(self, alert: Transition) -> tuple[list[ProcInfo], list[tuple[int | None, str]]]:
+        """The processes to signal and the refused candidates (blocking /proc reads: a worker thread)."""
+        targets: list[ProcInfo] = []
+        refusals: list[tuple[int | None, str]] = []
+        for cand in self._candidates(alert):
             info = self.procfs.read(cand.pid)
             try:
                 self._check(cand, info)
             except Refused as r:
-                cmd = info.cmdline if info is not None else ""
-                await self._emit(replace(base, pid=cand.pid, cmdline=cmd, refused=r.reason))
+                refusals.append((cand.pid, r.reason))
                 continue
             assert info is not None
-            await self._start(replace(base, pid=info.pid, cmdline=info.cmdline), info)
+            targets.append(info)
+        return targets, refusals
 
     def _candidates(self, alert: Transition) -> list[_Candidate]:
         target = self.cfg.target
         if target == "writer":
-            born = alert.since
-            return [_Candidate(self._writer_pid(alert), born, "the alert became active")]
+            return [self._writer(alert)]
         if target == "pid":
             assert self.cfg.pid is not None
             return [_Candidate(self.cfg.pid)]
         if target == "pidfile":
-            return [self._pidfile_pid()]
-        return [_Candidate(info.pid) for info in self._cmdline_matches()]
+            return [self._pidfile()]
+        if target == "child":
+            return [self._child_candidate()]
+        return [_Candidate(info.pid, start_ticks=info.start_ticks) for info in self._cmdline_matches()]
+
+    def _child_candidate(self) -> _Candidate:
+        child = self._child() if self._child is not None else None
+        if child is None:
+            raise Refused("target child: no child process (it is alertd exec's trainer: is alertd running as exec?)")
+        pid, start_ticks = child
+        return _Candidate(pid, start_ticks=start_ticks, what=f"the child (pid {pid})")
 
     def _check(self, cand: _Candidate, info: ProcInfo | None) -> None:
+        if cand.start_ticks is not None and (info is None or info.start_ticks != cand.start_ticks):
+            now = "is free" if info is None else "now names another process"
+            raise Refused(f"{cand.what or f'pid {cand.pid}'} has exited: pid {cand.pid} {now}", cand.pid)
         reason = refusal(self.procfs, cand.pid, info, allow_other_users=self.cfg.allow_other_users)
         if reason is not None:
             raise Refused(reason, cand.pid)
         assert info is not None
+        if cand.owner_uid is not None and cand.owner_uid not in (0, os.getuid(), info.uid):
+            raise Refused(
+                f"{cand.what} by uid {cand.owner_uid}, but pid {cand.pid} belongs to uid {info.uid}: "
+                "a pidfile names only processes of its owner",
+                cand.pid,
+            )
         if cand.born_before is not None:
-            started = self.procfs.start_epoch(info)
-            if started > cand.born_before + STARTED_SLACK:
+            limit = self.procfs.ticks_at(cand.born_before) + START_SLACK_TICKS
+            if info.start_ticks > limit:
+                started = self.procfs.start_epoch(info)
                 raise Refused(
                     f"pid {cand.pid} started at {format_time(started)}, after {cand.what} "
                     f"({format_time(cand.born_before)}): the pid now names another process",
                     cand.pid,
                 )
 
-    def _writer_pid(self, alert: Transition) -> int:
+    def _writer(self, alert: Transition) -> _Candidate:
         labels = dict(alert.labels)
-        raw, host = labels.get("pid"), labels.get("host")
-        if raw is None:
-            raise Refused("the alert has no pid label (target writer needs event file names with host and pid)")
-        if host is None:
-            raise Refused(f"the alert has no host label: can't tell that pid {raw} runs on this machine")
-        if not self._same_host(host):
-            raise Refused(f"the writer runs on host {host!r}, not on this machine ({self.hostname!r})")
-        if not raw.isdigit():
-            raise Refused(f"the pid label {raw!r} is not a process id")
-        return int(raw)
+        if self._writers is None:
+            raise Refused("no writer registry: target writer acts only on a writer alertd has verified")
+        source, run = labels.get("source"), labels.get("run")
+        if source is None or run is None:
+            raise Refused("the alert has no source and run labels: target writer acts only on a run's verified writer")
+        host = labels.get("host")
+        if host is not None and host != self.hostname:
+            raise Refused(f"the data comes from host {host!r}, not this machine ({self.hostname!r})")
+        w = self._writers(source, run)
+        if w is None:
+            raise Refused(
+                f"no process has been seen holding an event file of run {run!r} (source {source!r}) open: "
+                "a pid in a file name is not trusted"
+            )
+        if w.host != self.hostname:
+            raise Refused(f"the verified writer of run {run!r} runs on host {w.host!r}, not {self.hostname!r}")
+        named = labels.get("pid")
+        if named is not None and named != str(w.pid):
+            raise Refused(
+                f"the data comes from an event file named for pid {named}, but the verified writer of run "
+                f"{run!r} is pid {w.pid} ({w.path}): not acting on a process that did not write it"
+            )
+        what = f"the verified writer of run {run!r} (pid {w.pid})"
+        if not w.alive:
+            raise Refused(f"{what} has exited", w.pid)
+        return _Candidate(w.pid, start_ticks=w.start_ticks, what=what)
 
-    def _same_host(self, host: str) -> bool:
-        a, b = host.lower(), self.hostname.lower()
-        return a == b or a.split(".")[0] == b.split(".")[0]
-
-    def _pidfile_pid(self) -> _Candidate:
+    def _pidfile(self) -> _Candidate:
         assert self.cfg.pidfile is not None
-        path = Path(self.cfg.pidfile)
+        path = self.cfg.pidfile
         try:
-            text = path.read_text(errors="replace")
-            mtime = path.stat().st_mtime
+            lst = os.lstat(path)
         except FileNotFoundError:
             raise Refused(f"pidfile {path} does not exist") from None
         except OSError as e:
             raise Refused(f"pidfile {path} can't be read: {e.strerror}") from None
-        if not text.strip().isdigit():
+        if not stat.S_ISREG(lst.st_mode):
+            raise Refused(f"pidfile {path} is {_kind(lst.st_mode)}, not a regular file: not read")
+        if lst.st_size > PIDFILE_MAX:
+            raise Refused(f"pidfile {path} is {lst.st_size} bytes: a pidfile holds at most {PIDFILE_MAX}; not read")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise Refused(f"pidfile {path} is a symbolic link, not a regular file: not read") from None
+            raise Refused(f"pidfile {path} can't be read: {e.strerror}") from None
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (lst.st_dev, lst.st_ino) or not stat.S_ISREG(st.st_mode):
+                raise Refused(f"pidfile {path} was replaced while it was read: not trusted")
+            data = os.read(fd, PIDFILE_MAX + 1)
+        finally:
+            os.close(fd)
+        text = data.decode("ascii", errors="replace")
+        m = _PID_TEXT.fullmatch(text)
+        if len(data) > PIDFILE_MAX or m is None:
             raise Refused(f"pidfile {path} does not hold a process id: {text[:40]!r}")
-        return _Candidate(int(text.strip()), mtime, f"pidfile {path} was written")
+        return _Candidate(
+            int(m.group(1)), born_before=st.st_mtime, owner_uid=st.st_uid, what=f"pidfile {path} was written"
+        )
 
     def _cmdline_matches(self) -> list[ProcInfo]:
         assert self.cfg.cmdline is not None
         rx = re.compile(self.cfg.cmdline)
-        me = os.getpid()
-        skip = {me, *self.procfs.ancestors(me)}
-        found = []
+        ancestors = set(self.procfs.ancestors(os.getpid()))
+        found: list[ProcInfo] = []
+        ignored = 0
         for pid in self.procfs.pids():
-            info = self.procfs.read(pid) if pid not in skip else None
-            if info is not None and not info.zombie and not info.kernel_thread and rx.search(info.cmdline):
-                found.append(info)
+            info = self.procfs.read(pid)
+            if info is None or not rx.search(info.cmdline):
+                continue
+            if refusal(self.procfs, pid, info, allow_other_users=self.cfg.allow_other_users, ancestors=ancestors):
+                ignored += 1  # another user's, a zombie, alertd or an ancestor: neither counted nor matched
+                continue
+            found.append(info)
+        besides = f" ({ignored} other matching process(es) alertd may not signal were ignored)" if ignored else ""
         if not found:
-            raise Refused(f"no process matches cmdline {self.cfg.cmdline!r}")
+            raise Refused(f"no process that alertd may signal matches cmdline {self.cfg.cmdline!r}{besides}")
         if len(found) > 1 and not self.cfg.all:
             pids = ", ".join(str(i.pid) for i in found)
             raise Refused(
                 f"cmdline {self.cfg.cmdline!r} matches {len(found)} processes (pids {pids}); "
-                "it must match exactly one (or set all: true)"
+                f"it must match exactly one (or set all: true){besides}"
             )
         return found
 
-    async def _start(self, base: KillReport, info: ProcInfo) -> None:
+    # -- asking, signalling, escalating ----------------------------------------------------------
+
+    async def _ask(self, alert: Transition) -> _Asked:
+        assert self._asker is not None
+        try:
+            path = await self._asker.create(alert)
+        except NotifyError as e:
+            log.error("kill %s: could not create the stop file for %s: %s", self.name, alert.rule, e)
+            return _Asked(None, str(e))
+        log.warning("kill %s: asked to stop via %s (%s)", self.name, path, alert.rule)
+        return _Asked(path, at=time.monotonic())
+
+    def _plan(self, alert: Transition) -> str:
+        plan = f"would send {', then '.join(self.cfg.signals)}, {self.cfg.grace:g}s apart; sent nothing"
+        if self._asker is None or self.cfg.ask_first is None:
+            return plan
+        try:
+            first = f"would create {self._asker.path_for(alert)} and wait {self.cfg.ask_first.wait:g}s"
+        except NotifyError as e:
+            first = f"could not ask via stop file ({e})"
+        return f"{first}, then {plan}"
+
+    async def _start(self, base: KillReport, info: ProcInfo, alert: Transition, asked: _Asked | None) -> None:
         handle = ProcessHandle(self.procfs, info)
+        job = _Job(replace(base, pid=info.pid), handle, info.cmdline)
         if self.cfg.dry_run:
             handle.close()
-            plan = ", then ".join(self.cfg.signals)
-            note = f"would send {plan}, {self.cfg.grace:g}s apart; sent nothing"
-            await self._emit(replace(base, note=note))
+            await self._emit(replace(job.base, note=self._plan(alert)))
             return
-        first = self._signals[0]
-        delivery = handle.signal(first)
-        if delivery is not Delivery.SENT:
-            handle.close()
-            await self._emit(replace(base, refused=f"{_WHY[delivery]} before {first.name}: nothing sent"))
-            return
-        sent = [SentSignal(first.name, self._clock.now())]
-        log.warning("kill %s: sent %s to pid %d (%s)", self.name, first.name, info.pid, info.cmdline[:80])
-        task = asyncio.create_task(self._escalate(base, handle, sent), name=f"kill-{self.name}-{info.pid}")
-        self._tasks[task] = (base, handle, sent)
+        polite = asked if asked is not None and asked.path is not None else None
+        if asked is not None and polite is None:
+            job.notes.append(f"{asked.note()}; signalling at once")
+        rest = self._signals
+        if polite is None:
+            first = self._signals[0]
+            delivery = self._signal(job, first)
+            if delivery is not Delivery.SENT:
+                handle.close()
+                refused = f"{_WHY[delivery]} before {first.name}: nothing sent"
+                await self._emit(replace(job.base, refused=refused, note="; ".join(job.notes)))
+                return
+            rest = self._signals[1:]
+        task = asyncio.create_task(self._escalate(job, rest, polite), name=f"kill-{self.name}-{info.pid}")
+        self._tasks[task] = job
 
-    async def _escalate(self, base: KillReport, handle: ProcessHandle, sent: list[SentSignal]) -> None:
+    def _signal(self, job: _Job, sig: signal.Signals) -> Delivery:
+        delivery = job.handle.signal(sig)
+        if delivery is Delivery.SENT:
+            job.sent.append(SentSignal(sig.name, self._clock.now()))
+            log.warning("kill %s: sent %s to pid %d (%s)", self.name, sig.name, job.handle.pid, job.cmdline[:80])
+        return delivery
+
+    async def _escalate(self, job: _Job, rest: list[signal.Signals], polite: _Asked | None) -> None:
         seen: ExitSeen | None = None
-        note = ""
+        wait = self.cfg.ask_first.wait if self.cfg.ask_first is not None else 0.0
         try:
-            for nxt in [*self._signals[1:], None]:
-                seen = await self._wait_exit(handle, self.cfg.grace)
+            if polite is not None:
+                seen = await self._wait_exit(job.handle, wait)
                 if seen is not None:
-                    break
-                if nxt is None:
-                    note = f"still running {self.cfg.grace:g}s after {sent[-1].name}"
-                    break
-                delivery = handle.signal(nxt)
+                    job.notes.append(f"{polite.note()}; exited after {time.monotonic() - polite.at:.1f} s")
+                else:
+                    job.notes.append(f"{polite.note()}; did not stop within {wait:g}s: escalating")
+            for sig in rest if seen is None else []:
+                if job.sent:
+                    seen = await self._wait_exit(job.handle, self.cfg.grace)
+                    if seen is not None:
+                        break
+                delivery = self._signal(job, sig)
                 if delivery is Delivery.GONE:
-                    seen, note = ExitSeen(None), f"process gone/reused before {nxt.name}: nothing more sent"
+                    seen = ExitSeen(None)
+                    job.notes.append(f"process gone/reused before {sig.name}: nothing more sent")
                     break
                 if delivery is Delivery.EXITED:
-                    seen = handle.poll_exit() or ExitSeen(None)
+                    seen = job.handle.poll_exit() or ExitSeen(None)
                     break
                 if delivery is Delivery.DENIED:
-                    note = f"{_WHY[delivery]} to send {nxt.name}: nothing more sent"
+                    job.notes.append(f"{_WHY[delivery]} to send {sig.name}: nothing more sent")
                     break
-                sent.append(SentSignal(nxt.name, self._clock.now()))
-                log.warning("kill %s: escalated to %s on pid %d", self.name, nxt.name, handle.pid)
+            else:
+                if seen is None and job.sent:
+                    seen = await self._wait_exit(job.handle, self.cfg.grace)
+                    if seen is None:
+                        job.notes.append(f"still running {self.cfg.grace:g}s after {job.sent[-1].name}")
         except asyncio.CancelledError:
-            note = f"escalation cancelled at shutdown after {sent[-1].name}"
+            job.notes.append(_cancelled(job.sent))
         finally:
-            handle.close()
-        status = seen.status if seen is not None else None
+            job.handle.close()
         try:
-            await self._emit(replace(base, signals=tuple(sent), exited=seen is not None, exit_status=status, note=note))
+            await self._emit(self._final(job, seen))
         finally:
             task = asyncio.current_task()
             if task is not None:
                 self._tasks.pop(task, None)  # only now: wait_idle() returns after the report went out
+
+    def _final(self, job: _Job, seen: ExitSeen | None) -> KillReport:
+        return replace(
+            job.base,
+            cmdline=job.cmdline if job.sent else "",
+            signals=tuple(job.sent),
+            exited=seen is not None,
+            exit_status=seen.status if seen is not None else None,
+            note="; ".join(job.notes),
+        )
 
     async def _wait_exit(self, handle: ProcessHandle, timeout: float) -> ExitSeen | None:
         loop = asyncio.get_running_loop()
@@ -372,3 +563,23 @@ class KillNotifier:
             await self._report(report)
         except Exception:
             log.exception("kill %s: the report callback failed", self.name)
+
+
+def _cancelled(sent: list[SentSignal]) -> str:
+    if sent:
+        return f"escalation cancelled at shutdown after {sent[-1].name}"
+    return "escalation cancelled at shutdown before any signal was sent"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"

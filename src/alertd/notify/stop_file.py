@@ -47,8 +47,7 @@ class StopFileNotifier:
             if key in self._done:
                 continue
             try:
-                path = self.path_for(alert)
-                await asyncio.to_thread(self._write, path, self._body(alert))
+                path = await self.create(alert)
             except NotifyError as e:
                 log.error("stop_file %s: %s", self.name, e)
                 failure = failure or e
@@ -60,6 +59,15 @@ class StopFileNotifier:
 
     async def aclose(self) -> None:
         """Nothing to release."""
+
+    async def create(self, alert: Transition) -> Path:
+        """Write the stop file of `alert` now (no once-per-firing bookkeeping) and return its path.
+
+        The kill notifier's `ask_first` step uses this too. Raises `NotifyError` as `send` does.
+        """
+        path = self.path_for(alert)
+        await asyncio.to_thread(self._write, path, self._body(alert))
+        return path
 
     def path_for(self, alert: Transition) -> Path:
         """The expanded, checked path for `alert`; NotifyError(recoverable=False) when refused."""

@@ -33,6 +33,7 @@ from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import TensorBoardConfig
 from alertd.sources.tbevents import EventDecoder, RunTags, is_event_file, parse_file_name
 from alertd.sources.tfrecord import scan
+from alertd.writers import WriterClaim
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +200,19 @@ class TensorBoardSource:
                 for step, wall in starts:
                     self.restarts.append((tail.run, step, wall))
                     log.info("run %s: SessionLog.START at step %d (%s)", tail.run, step, tail.name)
+            return out
+
+    def writer_claims(self) -> list[WriterClaim]:
+        """What the names of the tailed event files claim: (path, run, host, pid) where a name has both.
+
+        Only claims: `alertd.writers.WriterRegistry` verifies them against /proc before any use.
+        """
+        with self._lock:
+            out = []
+            for tail in self._tails.values():
+                parsed = parse_file_name(tail.name)
+                if parsed.host and parsed.pid and parsed.pid.isdigit():
+                    out.append(WriterClaim(self.name, tail.run, tail.path, parsed.host, int(parsed.pid)))
             return out
 
     def cursor(self) -> dict[str, int]:

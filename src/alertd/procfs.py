@@ -1,0 +1,171 @@
+"""Reading process facts from /proc (Linux): no signals here, so sources and notifiers can both use it.
+
+A process is identified by its pid AND its start time (field 22 of `/proc/<pid>/stat`, clock ticks since
+boot, counted on CLOCK_BOOTTIME): a pid alone may be reused by an unrelated process once the first one is
+gone. `Procfs.ticks_at` turns an epoch instant into the same unit, exactly (no whole-second boot time), so
+"did this process start after that instant?" is answered to within one tick (10 ms at USER_HZ 100).
+
+`Procfs` takes a `root` so tests can point it at a fake /proc tree; `real` says whether it is the real one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_STAT_STATE, _STAT_PPID, _STAT_FLAGS, _STAT_START, _STAT_EXIT = 0, 1, 6, 19, 49
+"""Indexes into the fields after `(comm)` of /proc/<pid>/stat: fields 3, 4, 9, 22 and 52 of proc(5)."""
+_PF_KTHREAD = 0x00200000
+_O_ACCMODE = 0o3
+
+
+@dataclass(frozen=True, slots=True)
+class ProcInfo:
+    """What /proc says about one process at one instant."""
+
+    pid: int
+    ppid: int
+    state: str
+    """One letter of proc(5): R running, S sleeping, D disk wait, Z zombie, T stopped, X dead, ..."""
+    start_ticks: int
+    """Start time in clock ticks after boot: with the pid, the identity of the process."""
+    uid: int
+    """The real user id."""
+    cmdline: str
+    """The arguments joined by spaces; empty for kernel threads and zombies."""
+    kernel_thread: bool = False
+    """True for a kernel thread (PF_KTHREAD): never a target."""
+    exit_code: int | None = None
+    """For a zombie, its waitpid-style status (field 52) where the kernel shows it; else None."""
+    tgid: int | None = None
+    """The thread group (process) id from `status`; differs from `pid` when `pid` names a thread."""
+
+    @property
+    def zombie(self) -> bool:
+        """True when the process has exited and waits to be reaped."""
+        return self.state in ("Z", "X")
+
+
+class Procfs:
+    """Reads process facts from a /proc tree (`root`, the real one by default)."""
+
+    def __init__(self, root: str | os.PathLike[str] = "/proc") -> None:
+        self.root = Path(root)
+        self.real = self.root.resolve() == Path("/proc")
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._btime: float | None = None
+
+    def read(self, pid: int) -> ProcInfo | None:
+        """The facts of `pid`, or None when there is no such process (any more)."""
+        base = self.root / str(pid)
+        try:
+            stat = (base / "stat").read_text(errors="replace")
+            status = (base / "status").read_text(errors="replace")
+            raw_cmd = (base / "cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+            return None
+        fields = stat[stat.rindex(")") + 2 :].split()
+        state = fields[_STAT_STATE]
+        exit_code = int(fields[_STAT_EXIT]) if state in ("Z", "X") and len(fields) > _STAT_EXIT else None
+        return ProcInfo(
+            pid=pid,
+            ppid=int(fields[_STAT_PPID]),
+            state=state,
+            start_ticks=int(fields[_STAT_START]),
+            uid=_real_uid(status),
+            cmdline=" ".join(a.decode(errors="replace") for a in raw_cmd.split(b"\0") if a),
+            kernel_thread=bool(int(fields[_STAT_FLAGS]) & _PF_KTHREAD),
+            exit_code=exit_code,
+            tgid=_status_int(status, "Tgid:"),
+        )
+
+    def pids(self) -> list[int]:
+        """Every process id in the tree, ascending."""
+        return sorted(int(p.name) for p in self.root.iterdir() if p.name.isdigit())
+
+    def ancestors(self, pid: int) -> list[int]:
+        """The parent, grandparent, ... of `pid`, up to and including pid 1 (nearest first)."""
+        out: list[int] = []
+        info = self.read(pid)
+        while info is not None and info.ppid > 0 and info.ppid not in out:
+            out.append(info.ppid)
+            info = self.read(info.ppid)
+        return out
+
+    def boot_epoch(self) -> float:
+        """The epoch instant of boot, as process start times count it.
+
+        On the real /proc: now minus CLOCK_BOOTTIME (exact; follows the wall clock as it is now). On a fake
+        tree: its `stat` file's whole-second `btime` line.
+        """
+        if self.real and hasattr(time, "CLOCK_BOOTTIME"):
+            return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+        if self._btime is None:
+            for line in (self.root / "stat").read_text().splitlines():
+                if line.startswith("btime "):
+                    self._btime = float(line.split()[1])
+                    break
+            else:
+                raise OSError(f"{self.root / 'stat'} has no btime line")
+        return self._btime
+
+    def start_epoch(self, info: ProcInfo) -> float:
+        """When the process started, in epoch seconds (to one clock tick on the real /proc)."""
+        return self.boot_epoch() + info.start_ticks / self.tick
+
+    def ticks_at(self, epoch: float) -> int:
+        """The clock tick after boot that holds the instant `epoch`: a process with a larger
+        `start_ticks` started after `epoch` (with an equal one, within the same tick)."""
+        return math.floor((epoch - self.boot_epoch()) * self.tick)
+
+    def holds(self, pid: int, ident: tuple[int, int], *, writable: bool, max_fds: int) -> bool | None:
+        """Whether `pid` has the file `ident` (st_dev, st_ino) open; with `writable`, open for writing.
+
+        Looks at no more than `max_fds` of its descriptors (`/proc/<pid>/fd/*` links, stat()ed, which
+        follows them to the open file, deleted or not). None when they can't be listed (the process is gone,
+        or is another user's and alertd is not privileged).
+        """
+        fd_dir = self.root / str(pid) / "fd"
+        try:
+            with os.scandir(fd_dir) as it:
+                for n, entry in enumerate(it):
+                    if n >= max_fds:
+                        return False
+                    try:
+                        st = os.stat(entry.path)
+                    except OSError:  # closed meanwhile, or a socket/anon inode that won't stat
+                        continue
+                    if (st.st_dev, st.st_ino) != ident:
+                        continue
+                    if not writable or self._fd_writable(pid, entry.name):
+                        return True
+        except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
+            return None
+        return False
+
+    def _fd_writable(self, pid: int, fd: str) -> bool:
+        try:
+            text = (self.root / str(pid) / "fdinfo" / fd).read_text()
+        except OSError:
+            return False
+        for line in text.splitlines():
+            if line.startswith("flags:"):
+                return int(line.split()[1], 8) & _O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
+        return False
+
+
+def _status_int(status: str, key: str) -> int | None:
+    for line in status.splitlines():
+        if line.startswith(key):
+            return int(line.split()[1])
+    return None
+
+
+def _real_uid(status: str) -> int:
+    uid = _status_int(status, "Uid:")
+    if uid is None:
+        raise ValueError("no Uid line in /proc/<pid>/status")
+    return uid
