@@ -438,6 +438,11 @@ class Service:
         assert self.dispatcher is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        for notifier in self.notifiers.values():  # a kill under way reports how its process ended
+            idle = getattr(notifier, "wait_idle", None)
+            if idle is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(idle(), max(0.0, deadline - loop.time()))
         while loop.time() < deadline:
             now = self.clock.now()
             wake = self.dispatcher.next_wakeup()
