@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,12 +71,22 @@ class NanFromStep(TrainerCallback):
         self.active = self.step is not None and state.global_step + 1 >= self.step
 
 
+def _alertd(wanted: bool) -> list[Any]:
+    if not wanted:
+        return []
+    from alertd.integrations.transformers import AlertdCallback
+
+    return [AlertdCallback()]
+
+
 def main() -> None:
     """Parse the command line and run the training."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir", type=Path, help="Trainer output_dir (only trainer_state.json is written there)")
     parser.add_argument("--steps", type=int, default=20, help="number of optimizer steps (max_steps)")
     parser.add_argument("--nan-at", type=int, default=None, help="1-based optimizer step from which the loss is NaN")
+    parser.add_argument("--sleep", type=float, default=0.0, help="seconds to wait in each forward pass")
+    parser.add_argument("--alertd", action="store_true", help="add alertd's AlertdCallback (its defaults)")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -94,6 +105,8 @@ def main() -> None:
         """Multiply the loss the model returns by NaN while the switch is on."""
         if nan_switch.active and output.loss is not None:
             output.loss = output.loss * math.nan
+        if args.sleep:
+            time.sleep(args.sleep)
         return output
 
     model.register_forward_hook(poison_loss)
@@ -116,7 +129,7 @@ def main() -> None:
         model=model,
         args=training_args,
         train_dataset=RandomTokens(N_SAMPLES, SEQ_LEN, VOCAB_SIZE),
-        callbacks=[nan_switch],
+        callbacks=[nan_switch, *_alertd(args.alertd)],
     )
     trainer.train()
     args.outdir.mkdir(parents=True, exist_ok=True)

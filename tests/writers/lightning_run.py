@@ -78,6 +78,14 @@ def random_loader(n_batches: int, seed: int) -> DataLoader[tuple[torch.Tensor, .
     return DataLoader(TensorDataset(x, y), batch_size=BATCH_SIZE, num_workers=0)
 
 
+def _alertd(wanted: bool) -> list[L.Callback]:
+    if not wanted:
+        return []
+    from alertd.integrations.lightning import AlertdCallback
+
+    return [AlertdCallback()]
+
+
 def main() -> None:
     """Parse the command line and run the training."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -85,6 +93,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="number of optimizer steps (max_steps, one epoch)")
     parser.add_argument("--nan-at", type=int, default=None, help="0-based global step from which the loss is NaN")
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds to wait after each training step")
+    parser.add_argument("--alertd", action="store_true", help="add alertd's AlertdCallback (its defaults)")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -97,7 +106,7 @@ def main() -> None:
         logger=CSVLogger(args.outdir, flush_logs_every_n_steps=1),
         log_every_n_steps=1,
         # Lightning would pick RichProgressBar whenever `rich` is importable; the TQDM bar is the one wanted here.
-        callbacks=[TQDMProgressBar()],
+        callbacks=[TQDMProgressBar(), *_alertd(args.alertd)],
         enable_checkpointing=False,
         val_check_interval=max(1, args.steps // 2),
         limit_val_batches=VAL_BATCHES,

@@ -1,0 +1,54 @@
+"""The whole story: `alertd exec` runs a real HF Trainer and a real Lightning run with AlertdCallback; the
+raw loss turns NaN, alertd's kill notifier (target child, first signal SIGINT) asks, the callback saves a
+checkpoint at the next step and the run ends cleanly: exit 0, the checkpoint on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+WRITERS = Path(__file__).resolve().parents[1] / "writers"
+RULES = """
+sources: [{{name: raw, type: samples, path: "{samples}", interval: 0.2s}}]
+notifiers:
+  stop: {{type: kill, signals: [SIGINT, SIGTERM, SIGKILL], grace: 60s}}   # target: child, under exec
+route: {{receivers: [stop], group_wait: 0s}}
+rules:
+  - {{name: raw_loss_nan, metric: train/loss, labels_match: {{source: raw}}, condition: nonfinite, severity: critical}}
+"""
+
+
+@pytest.mark.parametrize("framework", ["hf", "lightning"])
+def test_alertd_stops_a_real_training_with_a_checkpoint(tmp_path: Path, framework: str) -> None:
+    samples = tmp_path / "alertd-samples.jsonl"
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES.format(samples=samples))
+    script = WRITERS / ("hf_trainer_run.py" if framework == "hf" else "lightning_run.py")
+    out = tmp_path / "out"
+    env = {**os.environ, "ALERTD_SAMPLES_FILE": str(samples), "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(
+        [sys.executable, "-m", "alertd", "exec", "--rules", str(rules), "--state-dir", str(tmp_path / "state"), "--"]
+        + [sys.executable, str(script), str(out), "--steps", "3000", "--nan-at", "5", "--sleep", "0.02", "--alertd"],
+        capture_output=True,
+        timeout=240,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert b"kill stop: sent SIGINT to pid" in done.stderr
+    lines = [json.loads(x) for x in samples.read_text().splitlines()]
+    (stopped,) = [x for x in lines if x["metric"] == "run.stopped"]
+    assert stopped["labels"]["reason"] == "SIGINT"
+    losses = [x for x in lines if x["metric"] == "train/loss"]
+    assert losses[-1]["value"] == "NaN" and len(losses) < 3000  # stopped long before the end
+    if framework == "hf":
+        (ckpt,) = out.glob("checkpoint-*")
+        assert (ckpt / "model.safetensors").is_file() and (ckpt / "trainer_state.json").is_file()
+    else:
+        (ckpt,) = tmp_path.glob("**/alertd-stop-step=*.ckpt")
+        assert ckpt.stat().st_size > 0
