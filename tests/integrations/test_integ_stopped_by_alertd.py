@@ -31,9 +31,10 @@ def test_alertd_stops_a_real_training_with_a_checkpoint(tmp_path: Path, framewor
     script = WRITERS / ("hf_trainer_run.py" if framework == "hf" else "lightning_run.py")
     out = tmp_path / "out"
     env = {**os.environ, "ALERTD_SAMPLES_FILE": str(samples), "TOKENIZERS_PARALLELISM": "false"}
+    alertd = [sys.executable, "-m", "alertd", "exec", "--rules", str(rules), "--state-dir", str(tmp_path / "state")]
+    trainer = [sys.executable, str(script), str(out), "--steps", "3000", "--nan-at", "5", "--sleep", "0.02", "--alertd"]
     done = subprocess.run(
-        [sys.executable, "-m", "alertd", "exec", "--rules", str(rules), "--state-dir", str(tmp_path / "state"), "--"]
-        + [sys.executable, str(script), str(out), "--steps", "3000", "--nan-at", "5", "--sleep", "0.02", "--alertd"],
+        [*alertd, "--", *trainer],
         capture_output=True,
         timeout=240,
         cwd=tmp_path,
