@@ -7,7 +7,7 @@ import math
 import pytest
 from wandb.proto import wandb_internal_pb2 as pb
 
-from alertd.sources.wandb_http import parse_retry_after
+from alertd.sources.httpretry import parse_retry_after
 from alertd.sources.wandb_proto import ExitInfo, HistoryRow, ProtoError, RunInfo, decode_record
 from alertd.sources.wandb_values import flatten_row, system_metric
 

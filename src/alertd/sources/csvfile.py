@@ -66,19 +66,18 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import gc
 import hashlib
 import logging
 import math
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import CsvConfig
+from alertd.sources.gcpause import gc_paused
 from alertd.sources.globs import MAX_FILES, glob_base, matching_files, run_of
 from alertd.sources.linetail import HEAD, LineTail
 
@@ -262,19 +261,6 @@ class _File:
                 self.set_header(row, header, step_column)
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a batch of samples is built (as the tensorboard source
-    does): a large backlog creates millions of tracked objects, none of which can form a cycle."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -308,7 +294,7 @@ class CsvSource:
 
     def read_new(self, now: float) -> list[Sample]:
         """One poll, synchronously: match the glob again, then read every file's new rows."""
-        with self._lock, _gc_paused():
+        with self._lock, gc_paused():
             paths = matching_files(self.pattern)
             if len(paths) >= MAX_FILES and not self._warned_many:
                 log.warning(

@@ -21,16 +21,15 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import TensorBoardConfig
+from alertd.sources.gcpause import gc_paused
 from alertd.sources.tbevents import EventDecoder, RunTags, is_event_file, parse_file_name
 from alertd.sources.tfrecord import scan
 from alertd.writers import WriterClaim
@@ -120,7 +119,7 @@ class _Tail:
         return corrupt
 
     def _decode(self, payloads: list[bytes], out: list[Sample], starts: list[tuple[int, float]], stop: int) -> int:
-        with _gc_paused():
+        with gc_paused():
             bad = self.decoder.decode_all(payloads, out, starts)
         if bad:
             log.warning(
@@ -131,22 +130,6 @@ class _Tail:
                 stop,
             )
         return bad
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a batch of samples is built.
-
-    A large backlog creates a million tracked objects at once; the collector would scan them again
-    and again (about 40 % of the ingest time) although none of them can form a cycle.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class TensorBoardSource:

@@ -40,7 +40,8 @@ import httpx
 from alertd.errors import SourceError
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import WandbConfig
-from alertd.sources.wandb_http import AuthError, GraphQLClient, Sleep
+from alertd.sources.httpretry import AuthError, Sleep
+from alertd.sources.wandb_http import GraphQLClient
 from alertd.sources.wandb_values import TERMINAL_STATES, crashed_value, flatten_row, system_metric, to_float
 
 log = logging.getLogger(__name__)

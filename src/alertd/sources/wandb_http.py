@@ -13,42 +13,16 @@ recoverable `SourceError` without a retry. The API key never appears in a messag
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import random
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 
 from alertd import __version__ as _version
 from alertd.errors import SourceError
+from alertd.sources.httpretry import AuthError, Sleep, backoff, parse_retry_after, retrying
 
-Sleep = Callable[[float], Awaitable[None]]
 _NO_RETRY = frozenset({400, 404, 409, 410, 413, 422, 501})
 _AUTH = frozenset({401, 403})
-
-
-class AuthError(SourceError):
-    """The server refused the API key (401/403)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, recoverable=False)
-
-
-def parse_retry_after(value: str | None, now: float) -> float | None:
-    """Seconds to wait from a `Retry-After` (or `RateLimit-Reset`) value: a number or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now)
 
 
 class GraphQLClient:
@@ -90,21 +64,16 @@ class GraphQLClient:
 
     async def query(self, name: str, query: str, variables: dict[str, Any], now: float) -> dict[str, Any]:
         """Run one query and return its `data`; `name` is used only in messages."""
-        attempt = 0
-        while True:
-            data, wait, why = await self._try(name, query, variables, now, attempt)
-            if data is not None:
-                return data
-            attempt += 1
-            if attempt > self.max_retries:
-                raise SourceError(f"W&B {name} at {self.host}: {why}, giving up after {attempt} tries")
-            if wait > self.max_wait:
-                raise SourceError(f"W&B {name} at {self.host}: {why}, server asks to wait {wait:.0f}s")
-            await self._sleep(wait)
+        return await retrying(
+            lambda attempt: self._try(name, query, variables, now, attempt),
+            f"W&B {name} at {self.host}",
+            self.max_retries,
+            self.max_wait,
+            self._sleep,
+        )
 
     def _backoff(self, attempt: int) -> float:
-        base = min(self.max_wait, 2.0 * 2**attempt)
-        return float(min(self.max_wait, base * (1 + 0.25 * random.random())))
+        return backoff(attempt, self.max_wait)
 
     async def _try(
         self, name: str, query: str, variables: dict[str, Any], now: float, attempt: int

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import ssl
 from collections.abc import Generator, Mapping
 from typing import Any
@@ -32,7 +31,7 @@ import httpx
 
 from alertd import __version__ as _version
 from alertd.errors import SourceError
-from alertd.sources.wandb_http import AuthError, Sleep, parse_retry_after
+from alertd.sources.httpretry import AuthError, Sleep, backoff, parse_retry_after, retrying
 
 API_PREFIX = "/api/2.0/mlflow/"
 
@@ -149,21 +148,16 @@ class RestClient:
         params: Mapping[str, Any] | None = None,
         body: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        attempt = 0
-        while True:
-            data, wait, why = await self._try(method, endpoint, now, attempt, params, body)
-            if data is not None:
-                return data
-            attempt += 1
-            if attempt > self.max_retries:
-                raise SourceError(f"MLflow {endpoint} at {self.host}: {why}, giving up after {attempt} tries")
-            if wait > self.max_wait:
-                raise SourceError(f"MLflow {endpoint} at {self.host}: {why}, server asks to wait {wait:.0f}s")
-            await self._sleep(wait)
+        return await retrying(
+            lambda attempt: self._try(method, endpoint, now, attempt, params, body),
+            f"MLflow {endpoint} at {self.host}",
+            self.max_retries,
+            self.max_wait,
+            self._sleep,
+        )
 
     def _backoff(self, attempt: int) -> float:
-        base = min(self.max_wait, 2.0 * 2**attempt)
-        return float(min(self.max_wait, base * (1 + 0.25 * random.random())))
+        return backoff(attempt, self.max_wait)
 
     async def _try(
         self,

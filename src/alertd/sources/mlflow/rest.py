@@ -42,11 +42,11 @@ import httpx
 from alertd.errors import SourceError
 from alertd.model import Sample
 from alertd.sources.config import MlflowConfig
+from alertd.sources.httpretry import Sleep
 from alertd.sources.mlflow.history import HistoryReader, PointCursor, parse_point
 from alertd.sources.mlflow.http import NotFound, RestClient
 from alertd.sources.mlflow.labels import RunLabels, SeriesKeys
 from alertd.sources.mlflow.values import TERMINAL, ms_to_s, status_name
-from alertd.sources.wandb_http import Sleep
 
 log = logging.getLogger(__name__)
 
