@@ -41,10 +41,12 @@ rules:
 TRAINER = r"""
 import math, signal, sys, time
 from alertd.testing.tbwriter import ScalarWriter
+from alertd.writers import hold
 got = []
 signal.signal(signal.SIGINT, lambda *a: got.append(time.time()))
 w = ScalarWriter(sys.argv[1])
 w.add_scalar("train/loss", 1.0, 0); w.flush()
+held = hold(w.path)  # the verified writer holds its event file (torch's writer alone does not)
 print("ready", flush=True)
 sys.stdin.readline()
 w.add_scalar("train/loss", math.nan, 1); w.flush()
@@ -100,9 +102,12 @@ def kill_latency(work: Path) -> list[float]:
         time.sleep(3 * INTERVAL + random.uniform(0, INTERVAL))
         trainer.stdin.write("go\n")
         trainer.stdin.flush()
-        out.append(float(trainer.stdout.readline()))
+        latency = float(trainer.stdout.readline())
         trainer.kill()
         trainer.wait()
+        if latency < 0:
+            raise SystemExit("bench_latency: the trainer was never signalled (see alertd's log)")
+        out.append(latency)
     return out
 
 

@@ -15,7 +15,9 @@ The story (one training step every 10 s, GPU readings every 10 s, t = seconds af
 - GPU 2 counts 2 new uncorrected ECC errors at t = 2500 and falls off the bus at t = 6500;
 - a W&B run crashes at t = 4000 (run_crashed); the `wb` source reports failing from t = 5010 (source_failing at 5130);
 - a second run, an HF Trainer's printed log, logs its loss as 0 from step 55, t = 3550 (loss_zeroed: its NaN,
-  hidden by the Trainer's NaN filter), and prints `NaN detected` at step 150, t = 4500 (nan_in_log).
+  hidden by the Trainer's NaN filter), and prints `NaN detected` at step 150, t = 4500 (nan_in_log);
+- a third, W&B run starts at t = 6000 and logs steps 0 to 50; its file ends with no exit record
+  (run_lost at the end of the data, t = 6500).
 """
 
 from __future__ import annotations
@@ -77,6 +79,11 @@ def gpus() -> list[tuple[float, str]]:
         t = 3000.0 + step * 10.0
         out.append((t, line("loss", hf, t, step, 0.0 if step >= 55 else 2.5 - step / 100)))
     out.append((4500.0, line("log.event", {**hf, "event": "nan_detected"}, 4500.0, 150, 1.0)))
+    wb2 = {"source": "wbo", "run": "def456"}
+    out.append((6000.0, line("run.started", wb2, 6000.0, None, 1.0)))
+    for step in range(51):
+        t = 6000.0 + step * 10.0
+        out.append((t, line("train/loss", wb2, t, step, 2.0 - step / 100)))
     return out
 
 

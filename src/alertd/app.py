@@ -54,6 +54,8 @@ log = logging.getLogger("alertd")
 
 SOURCE_UP = "alertd.source.up"
 SAVE_EVERY = 10.0
+WRITER_CHECK_EVERY = 2.0
+"""Seconds between two looks at the TensorBoard writers' processes (new files are looked at at once)."""
 """Seconds between two saves of the alert states and source cursors (and on every clean stop)."""
 
 
@@ -95,6 +97,8 @@ class Service:
         self.console = console
         self.exec_mode = exec_mode
         self.writer_registry = WriterRegistry()
+        self._claimed: set[str] = set()
+        self._writers_checked = float("-inf")
         self.clock = clock or SystemClock()
         config = load_config(self.paths)
         runs = RunTracker(config.stall_after)
@@ -269,7 +273,7 @@ class Service:
         finally:
             health.busy = False
         if isinstance(source, TensorBoardSource):  # before the samples: a NaN in a new file needs its writer
-            await self.check_writers(now)
+            await self.check_writers(now, only_new=True)
         up = Sample(SeriesKey(SOURCE_UP, make_labels({"source": name})), now, None, 0.0 if health.failures else 1.0)
         self.ingest([*samples, up], now)
 
@@ -314,11 +318,18 @@ class Service:
             self.engine.buffer.append(stalled, now)
         self.evaluate(now)
 
-    async def check_writers(self, now: float) -> None:
-        """Verify the writers the TensorBoard files name (in a thread: /proc) and tell the runs what lives."""
+    async def check_writers(self, now: float, *, only_new: bool = False) -> None:
+        """Verify the writers the TensorBoard files name (in a thread: /proc) and tell the runs what lives.
+
+        On the tick, at most every WRITER_CHECK_EVERY seconds; after a poll (`only_new`), only when the
+        poll found files not seen before, so a NaN in a new file finds its writer verified.
+        """
         claims = [c for s in self.sources.values() if isinstance(s, TensorBoardSource) for c in s.writer_claims()]
-        if not claims:
+        paths = {c.path for c in claims}
+        new = not paths <= self._claimed
+        if not claims or (only_new and not new) or (not new and now - self._writers_checked < WRITER_CHECK_EVERY):
             return
+        self._claimed, self._writers_checked = paths, now
         changes, unverified = await asyncio.to_thread(self._check_writers, claims, now)
         for line in changes:
             log.info("%s", line)

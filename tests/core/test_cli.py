@@ -82,6 +82,7 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "run_finished": 530,
         "nan_in_log": 150,
         "loss_zeroed": 55,
+        "run_lost": 50,
     }
     expected_times = {
         "gpu_hot": 1300,
@@ -91,6 +92,7 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "run_crashed": 4000,
         "nan_in_log": 4500,
         "loss_zeroed": 3550,
+        "run_lost": 6500,
         "gpu_underutilized": 4800,
         "source_failing": 5130,
         "gpu_lost": 6500,

@@ -29,7 +29,7 @@ time.sleep(2)  # let alertd see it alive, holding its file
 if how == "finish":
     w.close()
     os.close(held)
-    time.sleep(2)  # alertd sees it alive, its file closed
+    time.sleep(4)  # alertd sees it alive, its file closed (it looks every 2 s)
     sys.exit(0)
 if how == "vanish":
     os.kill(os.getpid(), signal.SIGKILL)
