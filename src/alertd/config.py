@@ -164,8 +164,8 @@ class RuleConfig(Strict):
         for name, spec in value.items():
             try:
                 LabelMatcher.parse(name, spec)
-            except re.error as exc:
-                raise ValueError(f"label {name!r}: bad regex {spec!r}: {exc}") from exc
+            except ValueError as exc:
+                raise ValueError(f"label {name!r}: {exc}") from None
         return value
 
     @model_validator(mode="after")

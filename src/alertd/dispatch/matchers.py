@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from alertd.model import Labels
+from alertd.userregex import UserRegex, compile_user_regex
 
 _MATCHER = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(=~|!~|!=|=)\s*(?:"((?:[^"\\]|\\.)*)"|(.*?))\s*$')
 
@@ -28,9 +29,9 @@ class MatchOp(enum.Enum):
 
 
 @lru_cache(maxsize=1024)
-def compile_anchored(pattern: str) -> re.Pattern[str]:
-    """Compile `pattern` so that it must match the whole value (Alertmanager anchors its regexes)."""
-    return re.compile(f"^(?:{pattern})$")
+def compile_anchored(pattern: str) -> UserRegex:
+    """Compile `pattern` (RE2: linear time, as Alertmanager) so that it must match the whole value."""
+    return compile_user_regex(f"^(?:{pattern})$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +46,8 @@ class Matcher:
         if self.op in (MatchOp.RE, MatchOp.NRE):
             try:
                 compile_anchored(self.value)
-            except re.error as exc:
-                raise ValueError(f"matcher {self.name}{self.op.value}{self.value!r}: bad regex: {exc}") from None
+            except ValueError as exc:
+                raise ValueError(f"matcher {self.name}{self.op.value}{self.value!r}: {exc}") from None
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Whether the labels satisfy this matcher; a missing label counts as ""."""

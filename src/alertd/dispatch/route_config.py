@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import TypeVar
 
 from pydantic import Field, field_validator
@@ -10,14 +9,15 @@ from pydantic import Field, field_validator
 from alertd.config_types import Duration, Strict
 from alertd.dispatch.matchers import equality_matchers
 from alertd.dispatch.routes import InhibitRule, Route, child_key
+from alertd.userregex import compile_user_regex
 
 
 def _check_regexes(value: dict[str, str]) -> dict[str, str]:
     for name, pattern in value.items():
         try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"{name}: bad regular expression {pattern!r}: {exc}") from None
+            compile_user_regex(pattern)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
     return value
 
 

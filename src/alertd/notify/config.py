@@ -9,6 +9,7 @@ from typing import ClassVar, Literal
 from pydantic import ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from alertd.config_types import Duration, Strict
+from alertd.userregex import compile_user_regex
 
 WebhookFormat = Literal["generic", "slack", "discord", "teams", "feishu", "dingtalk", "wecom", "telegram", "mattermost"]
 
@@ -151,8 +152,8 @@ class KillConfig(Strict):
             raise ValueError("`all` is only used with target: cmdline")
         if self.cmdline is not None:
             try:
-                re.compile(self.cmdline)
-            except re.error as e:
+                compile_user_regex(self.cmdline)
+            except ValueError as e:
                 raise ValueError(f"cmdline is not a valid regular expression: {e}") from None
         return self
 

@@ -68,6 +68,7 @@ from alertd.model import Notification, Transition, TransitionKind, format_time
 from alertd.notify.config import KillConfig
 from alertd.notify.procs import Delivery, ExitSeen, ProcessHandle, Procfs, ProcInfo, refusal
 from alertd.notify.stop_file import StopFileNotifier
+from alertd.userregex import compile_user_regex
 from alertd.writers import VerifiedWriter
 
 log = logging.getLogger(__name__)
@@ -417,7 +418,7 @@ class KillNotifier:
 
     def _cmdline_matches(self) -> list[ProcInfo]:
         assert self.cfg.cmdline is not None
-        rx = re.compile(self.cfg.cmdline)
+        rx = compile_user_regex(self.cfg.cmdline)
         ancestors = set(self.procfs.ancestors(os.getpid()))
         found: list[ProcInfo] = []
         ignored = 0

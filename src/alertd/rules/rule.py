@@ -9,6 +9,7 @@ from fnmatch import translate
 from alertd.model import Labels, SeriesKey
 from alertd.rules.conditions import Absent, Condition
 from alertd.rules.templates import Template
+from alertd.userregex import UserRegex, compile_user_regex
 
 _GLOB = re.compile(r"[*?\[]")
 
@@ -20,18 +21,19 @@ class LabelMatcher:
     name: str
     op: str
     value: str
-    regex: re.Pattern[str] | None = field(default=None, compare=False)
+    regex: UserRegex | None = field(default=None, compare=False)
 
     @classmethod
     def parse(cls, name: str, spec: str) -> LabelMatcher:
-        """`{run: exp1}`, `{run: "=~exp.*"}`, `{run: "!=exp2"}`, `{run: "!~tmp.*"}`; raises re.error."""
+        """`{run: exp1}`, `{run: "=~exp.*"}`, `{run: "!=exp2"}`, `{run: "!~tmp.*"}` (RE2, anchored: linear time);
+        raises ValueError for a regex RE2 refuses."""
         for op in ("=~", "!~", "!=", "="):
             if spec.startswith(op):
                 value = spec[len(op) :]
                 break
         else:
             op, value = "=", spec
-        regex = re.compile(value) if op in ("=~", "!~") else None
+        regex = compile_user_regex(value) if op in ("=~", "!~") else None
         return cls(name, op, value, regex)
 
     def matches(self, labels: Labels) -> bool:
