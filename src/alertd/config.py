@@ -7,6 +7,7 @@ listing every problem of every file, each with its place (`rules[3].condition`) 
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -97,12 +98,25 @@ def parse_condition(value: Any) -> Condition:
     raise ValueError(f"a condition is a string or a mapping, got {type(value).__name__}")
 
 
+def _threshold_value(value: Any) -> float:
+    """A threshold: a number, or ±Inf; NaN never compares true, so it is refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"value must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"value must be a number, got {value!r}") from None
+    if math.isnan(number):
+        raise ValueError("value can't be NaN (nothing compares true with NaN; use the nonfinite condition)")
+    return number
+
+
 def _condition_from_mapping(value: Mapping[str, Any]) -> Condition:
     keys = set(value)
     if keys == {"op", "value"}:
         if value["op"] not in OPS:
             raise ValueError(f"op must be one of {', '.join(OPS)}, got {value['op']!r}")
-        return Threshold(value["op"], float(value["value"]))
+        return Threshold(value["op"], _threshold_value(value["value"]))
     if len(keys) != 1:
         raise ValueError(
             "a condition mapping has one key (spike, absent, increasing, decreasing) or op and value, "

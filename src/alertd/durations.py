@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -13,9 +14,13 @@ def parse_duration(text: str | float | int) -> float:
     if isinstance(text, bool):
         raise ValueError(f"expected a duration such as 30s, 5m or 1h, got {text!r}")
     if isinstance(text, int | float):
+        if not math.isfinite(text):
+            raise ValueError(f"a duration must be a finite number of seconds, got {text}")
         if text < 0:
             raise ValueError(f"a duration can't be negative, got {text}")
         return float(text)
+    if not isinstance(text, str):
+        raise ValueError(f"expected a duration such as 30s, 5m or 1h, got {text!r}")
     s = text.strip()
     if re.fullmatch(r"\d+(\.\d+)?", s):
         return float(s)

@@ -157,3 +157,21 @@ def test_secrets_are_not_shown_in_a_dump(tmp_path: Path) -> None:
     cfg = load_config([write(tmp_path, "r.yaml", text)], {})
     assert "SECRET" not in str(redacted(cfg.notifiers["chat"]))
     assert "SECRET" not in repr(cfg.notifiers["chat"])
+
+
+@pytest.mark.parametrize(
+    ("fragment", "message"),
+    [
+        ('{name: x, metric: m, condition: "> 1", for: .nan}', "rules[0].for: a duration must be a finite number"),
+        ('{name: x, metric: m, condition: "> 1", for: .inf}', "rules[0].for: a duration must be a finite number"),
+        ('{name: x, metric: m, condition: {op: ">", value: .nan}}', "rules[0].condition: value can't be NaN"),
+        ('{name: x, metric: m, condition: {op: ">", value: [1]}}', "rules[0].condition: value must be a number"),
+        ("{name: x, metric: m, condition: {absent: null}}", "rules[0].condition: expected a duration"),
+    ],
+)
+def test_odd_values_are_errors_with_their_place_never_tracebacks(tmp_path, fragment: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "r.yaml"
+    path.write_text(f"rules:\n  - {fragment}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config([str(path)])
+    assert str(err.value.problems[0]).startswith(f"{path}:2: {message}"), err.value.problems
