@@ -65,6 +65,9 @@ def load_yaml(path: str, env: Mapping[str, str] | None = None) -> Document:
             text = f.read()
     except OSError as exc:
         raise ConfigError([Problem(path, "", f"can't read the file: {exc.strerror or exc}")]) from exc
+    except UnicodeDecodeError as exc:
+        where = f"byte {exc.object[exc.start]:#04x} at offset {exc.start}"
+        raise ConfigError([Problem(path, "", f"the file is not UTF-8 text ({where})")]) from None
     return parse_yaml(text, path, env)
 
 
@@ -87,6 +90,8 @@ def parse_yaml(text: str, file: str, env: Mapping[str, str]) -> Document:
         raise ConfigError([Problem(file, "", f"invalid YAML: {message}", line)]) from exc
     except yaml.YAMLError as exc:
         raise ConfigError([Problem(file, "", f"invalid YAML: {exc}")]) from exc
+    except RecursionError:
+        raise ConfigError([Problem(file, "", "invalid YAML: nested too deeply")]) from None
     finally:
         if loader is not None:
             loader.dispose()

@@ -175,3 +175,14 @@ def test_odd_values_are_errors_with_their_place_never_tracebacks(tmp_path, fragm
     with pytest.raises(ConfigError) as err:
         load_config([str(path)])
     assert str(err.value.problems[0]).startswith(f"{path}:2: {message}"), err.value.problems
+
+
+def test_a_file_that_is_not_utf8_or_nested_too_deeply_is_one_clear_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"rules:\n  - {name: x\xff, metric: m, condition: nonfinite}\n")
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("rules: " + "[" * 5000 + "]" * 5000 + "\n")
+    for path, message in ((latin, "the file is not UTF-8 text (byte 0xff at offset 19)"), (deep, "nested too deeply")):
+        with pytest.raises(ConfigError) as err:
+            load_config([str(path)])
+        assert str(err.value.problems[0]).startswith(f"{path}:") and message in str(err.value.problems[0])
