@@ -14,7 +14,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Sequence
@@ -347,11 +346,13 @@ class Service:
             self.engine.buffer.append(derived, now)
 
     def _check_writers(self, claims: list[WriterClaim], now: float) -> tuple[list[str], list[tuple[WriterClaim, bool]]]:
-        changes = self.writer_registry.check(claims, now)
-        verified = {(w.source, w.run) for w in self.writer_registry.writers()}
-        me = socket.gethostname()
+        registry = self.writer_registry
+        changes = registry.check(claims, now)
+        verified = {(w.source, w.run) for w in registry.writers()}
         unverified = [
-            (c, os.path.exists(f"/proc/{c.pid}")) for c in claims if (c.source, c.run) not in verified and c.host == me
+            (c, os.path.exists(f"/proc/{c.pid}"))
+            for c in claims
+            if (c.source, c.run) not in verified and c.host == registry.hostname
         ]
         return changes, unverified
 

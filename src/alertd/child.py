@@ -57,7 +57,6 @@ class ChildRun:
         self.pid: int | None = None
         self.start_ticks: int | None = None
         self.status: int | None = None
-        self.started_at: float | None = None
         self._out = (stdout_fd, stderr_fd)
         self._pumps: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -80,7 +79,7 @@ class ChildRun:
             raise
         os.close(w_out)
         os.close(w_err)
-        self.pid, self.started_at = pid, time.time()
+        self.pid = pid
         info = Procfs().read(pid)
         self.start_ticks = info.start_ticks if info is not None else None
         labels = {"source": self.source, "run": self.run, "host": socket.gethostname(), "pid": str(pid)}

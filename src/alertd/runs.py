@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from alertd.model import Labels, Sample, SeriesKey, make_labels
@@ -306,8 +306,3 @@ class RunTracker:
             extra["exit_code"] = str(run.exit_code)
         labels = make_labels({**dict(run.labels), **extra})
         return Sample(SeriesKey(END, labels), t, run.last_step, 1.0)
-
-
-def derived_metrics() -> Iterator[str]:
-    """The metric names the tracker writes (for documentation and tests)."""
-    yield from sorted(DERIVED | {FINISHED})

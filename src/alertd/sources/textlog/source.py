@@ -65,7 +65,6 @@ class TextLogSource:
             events=event_patterns(cfg.events),
             builtin_events=cfg.builtin_events,
         )
-        self.lines_read = 0
         self._files: dict[str, _File] = {}
         self._retired: OrderedDict[tuple[int, int], dict[str, object]] = OrderedDict()
         self._restore: dict[str, Any] = {}
@@ -134,7 +133,6 @@ class TextLogSource:
                     self._retired.popitem(last=False)
         if chunk.lines:
             f.stream.parse(self.parser, chunk.lines, now, out)
-            self.lines_read += len(chunk.lines)
 
     def _warn(self, f: _File, message: str) -> None:
         if f.error != message:
