@@ -1,17 +1,23 @@
 """State that survives a restart: alert tracks (pending, firing, absent watches, streaks) and source cursors.
 
-Stored in `state.db` (SQLite) in the state directory, beside the outbox. A track is restored only for a
-rule whose definition is unchanged (its config's fingerprint is stored with it). Restored tracks start
-at position 0 of the new, empty buffer; the sources resume from their cursors, so old data is not read
-again, a firing alert does not fire again, and a pending `for:` keeps its start time.
+Stored in the outbox's database (`alertd.db` in the state directory) and written in the same transaction
+as the plans (`Outbox.commit_plan(..., also=store.writer(...))`): what was evaluated, what is due and how
+far each source has read are committed together, after every evaluation. Only what changed since the
+last commit is written (tracks are copied, never changed in place, so identity tells). A track is
+restored only for a rule whose definition is unchanged (its config's fingerprint is stored with it).
+Restored tracks start at position 0 of the new, empty buffer; the sources resume from their cursors, so
+old data is not read again, a firing alert does not fire again, and a pending `for:` keeps its start time.
+A `state.db` left by an earlier version is read once and renamed `state.db.imported`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,52 +26,91 @@ from alertd.rules.evaluate import PairKey
 from alertd.rules.state import Track
 
 log = logging.getLogger(__name__)
-VERSION = 1
+VERSION = 2
 _FIELDS = ("streak", "cond", "clock", "active_at", "fired_at", "keep_since", "last_time", "step", "time")
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tracks (rule TEXT, rule_fp TEXT, series TEXT, data TEXT, PRIMARY KEY (rule, series));
+CREATE TABLE IF NOT EXISTS cursors (source TEXT PRIMARY KEY, config_fp TEXT, data TEXT);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the service commits with each plan: its alert tracks, their rules' fingerprints, the cursors."""
+
+    tracks: Mapping[PairKey, Track]
+    rule_fps: Mapping[str, str]
+    cursors: Mapping[str, tuple[str, Any]]
+    now: float
 
 
 class StateStore:
-    """Reads and writes `state.db`."""
+    """Reads and writes the tracks and cursors tables of the outbox's database."""
 
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / "state.db"
-        self.db = sqlite3.connect(self.path, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.executescript(
-            """
-            CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-            CREATE TABLE IF NOT EXISTS tracks (rule TEXT, rule_fp TEXT, series TEXT, data TEXT,
-                                               PRIMARY KEY (rule, series));
-            CREATE TABLE IF NOT EXISTS cursors (source TEXT PRIMARY KEY, config_fp TEXT, data TEXT);
-            """
-        )
+    def __init__(self, db: sqlite3.Connection, legacy: Path | None = None) -> None:
+        self.db = db
+        self.db.executescript(_SCHEMA)
+        self._tracks: dict[PairKey, Track] = {}
+        self._fps: dict[str, str] = {}
+        self._cursors: dict[str, str] = {}
+        self._pending: tuple[dict[PairKey, Track], dict[str, str], dict[str, str]] | None = None
+        self._full = True
+        if legacy is not None and legacy.exists():
+            self._import(legacy)
 
-    def close(self) -> None:
-        """Close the database."""
-        self.db.close()
+    def writer(self, snap: Snapshot) -> Callable[[sqlite3.Connection], None]:
+        """A writer of what changed since the last committed snapshot, for `Outbox.commit_plan(also=...)`.
 
-    def save(
-        self,
-        tracks: Mapping[PairKey, Track],
-        rule_fps: Mapping[str, str],
-        cursors: Mapping[str, tuple[str, Any]],
-        now: float,
-    ) -> None:
-        """Replace the stored state with this one, in one transaction."""
-        rows = [
-            (name, rule_fps[name], _series_json(key), json.dumps(_track_data(tr), allow_nan=True))
-            for (name, key), tr in tracks.items()
-            if name in rule_fps and _worth_keeping(tr)
+        Call `committed()` after the transaction commits; on a failure the next writer rewrites everything.
+        """
+
+        def write(db: sqlite3.Connection) -> None:
+            self._write(db, snap)
+
+        return write
+
+    def committed(self) -> None:
+        """The last writer's transaction committed: remember what it wrote."""
+        if self._pending is not None:
+            self._tracks, self._fps, self._cursors = self._pending
+            self._pending = None
+
+    def failed(self) -> None:
+        """The last writer's transaction rolled back: write everything next time."""
+        self._pending = None
+        self._tracks, self._fps, self._cursors = {}, {}, {}
+        self._full = True
+
+    def _write(self, db: sqlite3.Connection, snap: Snapshot) -> None:
+        kept = {pair: tr for pair, tr in snap.tracks.items() if pair[0] in snap.rule_fps and _worth_keeping(tr)}
+        fps = dict(snap.rule_fps)
+        if self._full:
+            db.execute("DELETE FROM tracks")
+            db.execute("DELETE FROM cursors")
+            old_tracks: dict[PairKey, Track] = {}
+            old_fps: dict[str, str] = {}
+            old_cursors: dict[str, str] = {}
+        else:
+            old_tracks, old_fps, old_cursors = self._tracks, self._fps, self._cursors
+        gone = [(name, _series_json(key)) for name, key in old_tracks.keys() - kept.keys()]
+        db.executemany("DELETE FROM tracks WHERE rule = ? AND series = ?", gone)
+        changed = [
+            (name, fps[name], _series_json(key), json.dumps(_track_data(tr), allow_nan=True))
+            for (name, key), tr in kept.items()
+            if old_tracks.get((name, key)) is not tr or old_fps.get(name) != fps[name]
         ]
-        with self.db:
-            self.db.execute("BEGIN")
-            self.db.execute("DELETE FROM tracks")
-            self.db.executemany("INSERT INTO tracks VALUES (?, ?, ?, ?)", rows)
-            self.db.execute("DELETE FROM cursors")
-            self.db.executemany(
-                "INSERT INTO cursors VALUES (?, ?, ?)", [(n, fp, json.dumps(c)) for n, (fp, c) in cursors.items()]
-            )
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?), ('saved_at', ?)", (VERSION, now))
+        db.executemany("INSERT OR REPLACE INTO tracks VALUES (?, ?, ?, ?)", changed)
+        cursors = {name: json.dumps([fp, c]) for name, (fp, c) in snap.cursors.items()}
+        for name in old_cursors.keys() - cursors.keys():
+            db.execute("DELETE FROM cursors WHERE source = ?", (name,))
+        for name, text in cursors.items():
+            if old_cursors.get(name) != text:
+                fp, c = snap.cursors[name]
+                db.execute("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)", (name, fp, json.dumps(c)))
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?), ('saved_at', ?)", (VERSION, snap.now))
+        self._full = False
+        self._pending = (kept, fps, cursors)
 
     def load_tracks(self, rule_fps: Mapping[str, str]) -> dict[PairKey, Track]:
         """The stored tracks of rules whose definition is unchanged."""
@@ -76,7 +121,7 @@ class StateStore:
             try:
                 out[(rule, _series_key(series))] = _track(json.loads(data))
             except (ValueError, KeyError, TypeError) as exc:
-                log.warning("state.db: dropped an unreadable alert state of rule %s: %s", rule, exc)
+                log.warning("state: dropped an unreadable alert state of rule %s: %s", rule, exc)
         return out
 
     def load_cursors(self) -> dict[str, tuple[str, Any]]:
@@ -86,8 +131,27 @@ class StateStore:
             try:
                 out[name] = (fp, json.loads(data))
             except ValueError:
-                log.warning("state.db: dropped an unreadable cursor of source %s", name)
+                log.warning("state: dropped an unreadable cursor of source %s", name)
         return out
+
+    def _import(self, legacy: Path) -> None:
+        """Take the tracks and cursors of an earlier version's `state.db`, once."""
+        try:
+            old = sqlite3.connect(f"file:{legacy}?mode=ro", uri=True)
+            try:
+                tracks = list(old.execute("SELECT rule, rule_fp, series, data FROM tracks"))
+                cursors = list(old.execute("SELECT source, config_fp, data FROM cursors"))
+            finally:
+                old.close()
+        except sqlite3.Error as exc:
+            log.warning("%s: not imported (%s)", legacy, exc)
+            return
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR IGNORE INTO tracks VALUES (?, ?, ?, ?)", tracks)
+            self.db.executemany("INSERT OR IGNORE INTO cursors VALUES (?, ?, ?)", cursors)
+        os.replace(legacy, legacy.with_name(legacy.name + ".imported"))
+        log.info("%s imported: %d alert states, %d source cursors", legacy, len(tracks), len(cursors))
 
 
 def _worth_keeping(tr: Track) -> bool:

@@ -1,12 +1,13 @@
-"""JSON form of notifications for the outbox: every field kept, NaN and ±Inf as strings."""
+"""JSON form of notifications and open groups for the outbox: every field kept, NaN and ±Inf as strings."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
-from alertd.model import Notification, Transition, TransitionKind, format_value
+from alertd.model import Labels, Notification, Transition, TransitionKind, format_value
 
 
 def _value(raw: Any) -> float:
@@ -77,3 +78,22 @@ def loads(text: str) -> Notification:
         key=d["key"],
         created=float(d["created"]),
     )
+
+
+def group_to_json(route_key: str, labels: Labels, alerts: Mapping[str, Transition], next_flush: float) -> str:
+    """An open aggregation group as JSON: its route's key, labels, latest transition per alert, next flush."""
+    doc = {
+        "route": route_key,
+        "labels": [list(p) for p in labels],
+        "alerts": {fp: transition_to_dict(t) for fp, t in alerts.items()},
+        "next_flush": next_flush,
+    }
+    return json.dumps(doc, allow_nan=False, separators=(",", ":"))
+
+
+def group_from_json(text: str) -> tuple[str, Labels, dict[str, Transition], float]:
+    """The inverse of `group_to_json`."""
+    d = json.loads(text)
+    labels = tuple((str(k), str(v)) for k, v in d["labels"])
+    alerts = {str(fp): transition_from_dict(a) for fp, a in d["alerts"].items()}
+    return str(d["route"]), labels, alerts, float(d["next_flush"])

@@ -1,22 +1,35 @@
 """The dispatcher the app uses: plan (pure) + outbox (durable) + delivery (async, retrying).
 
-The app calls `submit(transitions, alerts, now)` after every evaluation, and again (with no transitions)
-whenever `next_wakeup()` has passed, then `await deliver_due(now)`. On start the notification log is read
-back from the outbox, so a restart neither re-sends what was sent nor forgets it, and everything still
-pending in the outbox is delivered by the first `deliver_due`.
+The app calls `submit(transitions, alerts, now, also=...)` after every evaluation, and again (with no
+transitions) whenever `next_wakeup()` has passed, then `await deliver_due(now)`. Each `submit` is one
+transaction: the notifications, the notification log, the open groups and whatever `also` writes (the
+app's alert states and source cursors). On start the notification log and the open groups are read back
+from the outbox, so a restart neither re-sends what was sent nor forgets it (a resolution waiting for
+its group's `group_interval` included), and everything still pending in the outbox is delivered by the
+first `deliver_due`.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
 
 from alertd.dispatch.outbox import Outbox
-from alertd.dispatch.pipeline import Backoff, Delivery, DeliveryCounters, Outcome
-from alertd.dispatch.plan import Plan, PlanState, plan
+from alertd.dispatch.pipeline import MAX_RETRY_AFTER, Backoff, Delivery, DeliveryCounters, Outcome
+from alertd.dispatch.plan import (
+    LogEntry,
+    LogKey,
+    Plan,
+    PlanState,
+    Suppressed,
+    changed_groups,
+    plan,
+    restore_groups,
+)
 from alertd.dispatch.routes import InhibitRule, Route
 from alertd.dispatch.silences import SilenceStore
-from alertd.model import Alert, AlertState, Transition, TransitionKind
+from alertd.model import Alert, AlertState, Notification, Transition, TransitionKind
 from alertd.notify.base import Notifier
 
 LOG_RETENTION = 5 * 86400.0
@@ -36,14 +49,16 @@ class Dispatcher:
         silences: SilenceStore | None = None,
         backoff: Backoff | None = None,
         rng: random.Random | None = None,
+        max_retry_after: float = MAX_RETRY_AFTER,
     ) -> None:
         self.route = route
         self.inhibit_rules = tuple(inhibit_rules)
         self.silences = silences if silences is not None else SilenceStore()
         self.outbox = outbox
-        self.delivery = Delivery(outbox, notifiers, backoff=backoff, rng=rng)
-        self._state = PlanState(log=outbox.load_log())
-        self._next_plan: float | None = None
+        self.delivery = Delivery(outbox, notifiers, backoff=backoff, rng=rng, max_retry_after=max_retry_after)
+        groups = restore_groups(outbox.load_groups(), route)
+        self._state = PlanState(groups, outbox.load_log())
+        self._next_plan: float | None = min((g.next_flush for g in groups.values()), default=None)
         self.last_plan: Plan | None = None
 
     @property
@@ -51,34 +66,50 @@ class Dispatcher:
         """Delivered / failed / retried / deferred counts per receiver."""
         return self.delivery.counters
 
-    def submit(self, transitions: Sequence[Transition], alerts: Mapping[str, Alert] | None, now: float) -> Plan:
-        """Plan what is due at `now` and write it, with the notification log, to the outbox.
+    def submit(
+        self,
+        transitions: Sequence[Transition],
+        alerts: Mapping[str, Alert] | None,
+        now: float,
+        *,
+        also: Callable[[sqlite3.Connection], None] | None = None,
+    ) -> Plan:
+        """Plan what is due at `now` and commit it, with the notification log, the open groups and what
+        `also` writes, to the outbox in one transaction. The plan is kept only once that commits.
 
         An alert that fired and resolved within these transitions (a NaN followed by finite values in
         one poll) is still notified as firing: the transitions are planned in phases, cut before each
         such resolution, with the alert counted as firing in the earlier phase.
         """
         phases = _phases(transitions)
-        for phase in phases[:-1]:
-            fired = {t.fingerprint: _alert_of(t) for t in phase if t.state is TransitionKind.FIRING}
-            self._plan(phase, fired | dict(alerts or {}), now)
-        return self._plan(phases[-1], alerts, now)
-
-    def _plan(self, transitions: Sequence[Transition], alerts: Mapping[str, Alert] | None, now: float) -> Plan:
-        result = plan(
-            self._state,
-            transitions=transitions,
-            alerts=alerts,
-            route=self.route,
-            inhibit_rules=self.inhibit_rules,
-            silences=self.silences.active(now),
-            now=now,
-        )
-        self.outbox.commit_plan(result.notifications, result.log_updates)
-        self._state = result.state
+        state = self._state
+        notes: list[Notification] = []
+        muted: list[Suppressed] = []
+        updates: dict[LogKey, LogEntry] = {}
+        for i, phase in enumerate(phases):
+            current = alerts
+            if i < len(phases) - 1:
+                fired = {t.fingerprint: _alert_of(t) for t in phase if t.state is TransitionKind.FIRING}
+                current = fired | dict(alerts or {})
+            result = plan(
+                state,
+                transitions=phase,
+                alerts=current,
+                route=self.route,
+                inhibit_rules=self.inhibit_rules,
+                silences=self.silences.active(now),
+                now=now,
+            )
+            notes += result.notifications
+            muted += result.suppressed
+            updates.update(result.log_updates)
+            state = result.state
+        groups = changed_groups(self._state.groups, state.groups)
+        self.outbox.commit_plan(notes, updates, groups=groups, also=also)
+        self._state = state
         self._next_plan = result.next_run
-        self.last_plan = result
-        return result
+        self.last_plan = Plan(tuple(notes), tuple(muted), state, updates, result.next_run)
+        return self.last_plan
 
     async def deliver_due(self, now: float) -> list[Outcome]:
         """Send everything in the outbox that is due at `now`."""

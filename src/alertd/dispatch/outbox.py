@@ -1,18 +1,25 @@
-"""The SQLite outbox and notification log under alertd's state directory.
+"""The SQLite outbox, notification log and open groups under alertd's state directory.
 
-Every planned notification is written here, with the notification-log entries that plan it, in one
-transaction BEFORE the first delivery attempt; so a crash either loses the plan as a whole (and the next
-planning makes it again) or keeps it (and it is delivered after the restart). One process writes: the
-directory is locked with `flock` while an `Outbox` is open. WAL mode keeps readers out of the writer's way.
+Every planned notification is written here, with the notification-log entries that plan it and the open
+aggregation groups (a resolution waiting for its group's `group_interval` is one), in one transaction
+BEFORE the first delivery attempt; the service adds the alert states and the source cursors to the same
+transaction (`commit_plan(..., also=...)`), so what was evaluated, what is due and how far each source
+has read are committed together. A crash either loses the plan as a whole (and the sources read the same
+samples again, which plan the same notifications under the same keys) or keeps it (and it is delivered
+after the restart). One process writes: the directory is locked with `flock` while an `Outbox` is open.
+WAL mode keeps readers out of the writer's way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
+import logging
 import os
 import sqlite3
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -20,6 +27,8 @@ from typing import IO
 from alertd.dispatch import codec
 from alertd.dispatch.plan import LogEntry, LogKey
 from alertd.model import Notification
+
+log = logging.getLogger("alertd.state")
 
 STATE_DIR_ENV = "ALERTD_STATE_DIR"
 DB_NAME = "alertd.db"
@@ -48,6 +57,10 @@ CREATE TABLE IF NOT EXISTS nflog (
     seq INTEGER NOT NULL,
     PRIMARY KEY (group_key, receiver)
 );
+CREATE TABLE IF NOT EXISTS groups (
+    group_key TEXT PRIMARY KEY,
+    data TEXT NOT NULL
+);
 """
 
 _HEAD = """NOT EXISTS (SELECT 1 FROM outbox AS p
@@ -60,7 +73,11 @@ def state_dir(default: str | Path = "./.state") -> Path:
     return Path(os.environ.get(STATE_DIR_ENV) or default)
 
 
-class StateDirLocked(RuntimeError):
+class StateDirError(RuntimeError):
+    """The state directory can't be used (read-only, full, not a directory, ...): one clear message."""
+
+
+class StateDirLocked(StateDirError):
     """Another alertd process already writes this state directory."""
 
 
@@ -91,25 +108,50 @@ class Outbox:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock = _lock(self.directory / "alertd.lock")
-        self._db = sqlite3.connect(self.directory / DB_NAME, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._lock = _lock(self.directory / "alertd.lock")
+        except OSError as exc:
+            raise StateDirError(f"state directory {self.directory}: {exc.strerror or exc}") from None
+        try:
+            self._db = _open_db(self.directory / DB_NAME)
+        except BaseException:
+            self._lock.close()
+            raise
 
     def close(self) -> None:
         """Close the database and release the directory lock."""
         self._db.close()
         self._lock.close()
 
-    def commit_plan(self, notifications: Iterable[Notification], log_updates: Mapping[LogKey, LogEntry]) -> int:
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The connection, for the state that is committed with the plans (`also` in `commit_plan`)."""
+        return self._db
+
+    def commit_plan(
+        self,
+        notifications: Iterable[Notification],
+        log_updates: Mapping[LogKey, LogEntry],
+        *,
+        groups: Mapping[str, str | None] | None = None,
+        also: Callable[[sqlite3.Connection], None] | None = None,
+    ) -> int:
         """Write planned notifications and their log entries in one transaction; return how many are new.
 
-        A notification whose key is already in the outbox (planned before a restart) is not added again.
+        `groups` maps open groups' keys to their JSON (None: the group is closed). `also` writes more state
+        in the same transaction. A notification whose key is already in the outbox (planned before a
+        restart, or delivered within the retention) is not added again.
         """
         added = 0
         with _transaction(self._db):
+            if also is not None:
+                also(self._db)
+            for gkey, data in (groups or {}).items():
+                if data is None:
+                    self._db.execute("DELETE FROM groups WHERE group_key = ?", (gkey,))
+                else:
+                    self._db.execute("INSERT OR REPLACE INTO groups VALUES (?, ?)", (gkey, data))
             for n in notifications:
                 cur = self._db.execute(
                     "INSERT OR IGNORE INTO outbox"
@@ -139,10 +181,16 @@ class Outbox:
             for g, r, f, s, at, seq in rows
         }
 
+    def load_groups(self) -> dict[str, str]:
+        """The open groups' JSON by group key, as the last commit left them."""
+        return dict(self._db.execute("SELECT group_key, data FROM groups"))
+
     def prune_log(self, before: float) -> int:
-        """Forget log entries of groups with nothing firing last sent before `before`; return how many."""
+        """Forget log entries of groups with nothing firing last sent before `before`, and notifications
+        delivered or failed before it; return how many log entries went."""
         with _transaction(self._db):
             cur = self._db.execute("DELETE FROM nflog WHERE firing = '[]' AND sent_at < ?", (before,))
+            self._db.execute("DELETE FROM outbox WHERE status != 'pending' AND done_at < ?", (before,))
         return cur.rowcount
 
     def due(self, now: float) -> list[OutboxRow]:
@@ -208,6 +256,50 @@ class _transaction:
 
     def __exit__(self, exc_type: object, *_: object) -> None:
         self.db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+
+
+_CORRUPT = ("file is not a database", "malformed", "corrupt")
+
+
+def _open_db(path: Path) -> sqlite3.Connection:
+    """Open (or create) the database; a corrupt one is moved aside with a loud warning and started afresh."""
+    try:
+        return _connect(path)
+    except sqlite3.DatabaseError as exc:
+        if not any(word in str(exc) for word in _CORRUPT):
+            raise StateDirError(f"state database {path}: {exc}") from None
+        aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+        log.error(
+            "state database %s is corrupt (%s): moved aside to %s; starting with no saved state "
+            "(alerts already sent may be sent again)",
+            path,
+            exc,
+            aside,
+        )
+        try:
+            return _connect(path)
+        except sqlite3.DatabaseError as again:
+            raise StateDirError(f"state database {path}: {again}") from None
+    except OSError as exc:
+        raise StateDirError(f"state database {path}: {exc.strerror or exc}") from None
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        (check,) = db.execute("PRAGMA quick_check").fetchone()
+        if check != "ok":
+            raise sqlite3.DatabaseError(f"database disk image is malformed: {check}")
+        db.executescript(_SCHEMA)
+    except BaseException:
+        db.close()
+        raise
+    return db
 
 
 def _lock(path: Path) -> IO[str]:

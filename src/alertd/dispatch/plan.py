@@ -19,6 +19,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from alertd.dispatch.codec import group_from_json, group_to_json
 from alertd.dispatch.matchers import Silence, alert_label_map
 from alertd.dispatch.routes import InhibitRule, Route, bypass_route
 from alertd.model import Alert, AlertState, Labels, Notification, Transition, TransitionKind
@@ -129,6 +130,36 @@ def plan(
             del groups[key]
     next_run = min((g.next_flush for g in groups.values()), default=None)
     return Plan(tuple(sent), tuple(muted), PlanState(groups, log), updates, next_run)
+
+
+def group_json(group: Group) -> str:
+    """An open group as the outbox stores it."""
+    return group_to_json(group.route.key, group.labels, group.alerts, group.next_flush)
+
+
+def changed_groups(old: Mapping[str, Group], new: Mapping[str, Group]) -> dict[str, str | None]:
+    """The groups to write (their JSON) or delete (None) so the stored ones become `new`."""
+    out: dict[str, str | None] = {key: None for key in old.keys() - new.keys()}
+    out.update({key: group_json(g) for key, g in new.items() if old.get(key) is not g})
+    return out
+
+
+def restore_groups(saved: Mapping[str, str], root: Route) -> dict[str, Group]:
+    """The open groups the outbox kept, on today's routes; a group whose route is gone puts its alerts
+    through today's routes instead (flushed when it was due)."""
+    routes = {r.key: r for r in root.walk()}
+    groups: dict[str, Group] = {}
+    for key, text in saved.items():
+        route_key, labels, alerts, next_flush = group_from_json(text)
+        route = routes.get(route_key)
+        if route is None and route_key.startswith("notify:"):
+            route = bypass_route(root, tuple(route_key.removeprefix("notify:").split(",")))
+        if route is not None:
+            groups[key] = Group(key, route, labels, alerts, next_flush)
+            continue
+        for t in alerts.values():
+            _insert(groups, t, root, next_flush)
+    return groups
 
 
 def _routes_for(t: Transition, labels: Mapping[str, str], root: Route) -> list[Route]:
@@ -258,8 +289,9 @@ def _flush(
         new = LogEntry(firing, resolved, now, 0 if entry is None else entry.seq + 1)
         entries[(group.key, receiver)] = new
         shown = [t for t in kept.values() if _firing(t) or r.send_resolved]
+        repeat = entry is not None and entry.firing == firing and entry.resolved == resolved
         if shown:
-            notes.append(_notification(receiver, group, shown, new, now))
+            notes.append(_notification(receiver, group, shown, new, repeat, now))
     return notes, muted, entries
 
 
@@ -284,37 +316,33 @@ def needs_update(
 
 
 def _notification(
-    receiver: str, group: Group, shown: Iterable[Transition], entry: LogEntry, now: float
+    receiver: str, group: Group, shown: Iterable[Transition], entry: LogEntry, repeat: bool, now: float
 ) -> Notification:
     # `shown` comes in fingerprint order; the stable sort keeps it among equal (state, time)
     alerts = tuple(sorted(shown, key=lambda t: (t.state is not TransitionKind.FIRING, t.time)))
     status = "firing" if any(_firing(t) for t in alerts) else "resolved"
-    start = min(t.since for t in alerts)
     return Notification(
         receiver=receiver,
         group_key=group.key,
         group_labels=group.labels,
         status=status,
         alerts=alerts,
-        key=idempotency_key(receiver, group.key, start, status, entry),
+        key=idempotency_key(receiver, group.key, status, alerts, entry.seq if repeat else None),
         created=now,
     )
 
 
-def idempotency_key(receiver: str, gkey: str, start: float, status: str, entry: LogEntry) -> str:
-    """A stable key for one planned notification: group, start time, status, alert sets and sequence.
+def idempotency_key(
+    receiver: str, gkey: str, status: str, alerts: Iterable[Transition], repeat: int | None = None
+) -> str:
+    """A key for one planned notification, derived only from what it tells: receiver, group, status and
+    each alert's transition (fingerprint, state, time); a repeat (`repeat_interval`) adds its number.
 
-    The same notification planned again (after a restart) gets the same key; a repeat gets a new one.
+    The same transitions planned again (samples read again after a crash) get the same key, however often
+    and whenever it happens, so a receiver that drops by key sees each transition once.
     """
-    text = "\n".join(
-        [
-            receiver,
-            gkey,
-            repr(start),
-            status,
-            ",".join(sorted(entry.firing)),
-            ",".join(sorted(entry.resolved)),
-            str(entry.seq),
-        ]
-    )
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    lines = [receiver, gkey, status]
+    lines += sorted(f"{t.fingerprint} {t.state.value} {t.time!r}" for t in alerts)
+    if repeat is not None:
+        lines.append(f"repeat {repeat}")
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:32]
