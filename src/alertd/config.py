@@ -219,6 +219,13 @@ class RunsConfig(Strict):
     """A run whose writer lives (or is unknown) and that logs nothing for this long is stalled."""
 
 
+class DeliveryConfig(Strict):
+    """`delivery:`: how notifications are delivered."""
+
+    max_retry_after: Duration = Field(default=300.0, gt=0)
+    """The longest a receiver's Retry-After (a 429 or 503) may hold a notification."""
+
+
 class RulesFile(Strict):
     """One rules file."""
 
@@ -232,6 +239,7 @@ class RulesFile(Strict):
     buffer: BufferConfig | None = None
     evaluation_interval: Duration | None = None
     runs: RunsConfig | None = None
+    delivery: DeliveryConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -248,6 +256,7 @@ class Config:
     evaluation_interval: float = 1.0
     rule_configs: Mapping[str, RuleConfig] = field(default_factory=dict)
     stall_after: float = 600.0
+    max_retry_after: float = 300.0
 
 
 DEFAULT_RECEIVER = "console"
@@ -311,6 +320,7 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
     route: tuple[str, RouteConfig] | None = None
     inhibit: list[InhibitRuleConfig] = []
     buffer, interval, runs = BufferConfig(), 1.0, RunsConfig()
+    delivery = DeliveryConfig()
     for doc, model in parsed:
         for i, src in enumerate(model.sources):
             if src.name in sources:
@@ -339,6 +349,7 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
         buffer = model.buffer or buffer
         interval = model.evaluation_interval or interval
         runs = model.runs or runs
+        delivery = model.delivery or delivery
     if not notifiers:
         notifiers[DEFAULT_RECEIVER] = LogConfig(type="log")
     root = route[1] if route else RouteConfig(receivers=sorted(notifiers))
@@ -357,6 +368,7 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
         evaluation_interval=interval,
         rule_configs={name: r for name, (_, _, r) in rules.items()},
         stall_after=runs.stall_after,
+        max_retry_after=delivery.max_retry_after,
     )
 
 

@@ -2,7 +2,9 @@
 
 - A recoverable `NotifyError` is retried with exponential backoff and full jitter (AWS's "full jitter":
   a uniform wait in [0, min(cap, base * 2**(n-1))] after the n-th failure), or after the receiver's own
-  `retry_after` when it gave one (honoured as given, even beyond the cap).
+  `retry_after` when it gave one, capped at `max_retry_after` (5 min by default): a receiver that
+  answers 429 with a Retry-After of a year holds that group's notifications for 5 minutes, not a year.
+  Only that group waits: the other groups, to the same receiver too, go on.
 - A non-recoverable one marks the notification failed, with its error, logged once.
 - Any other exception from a notifier is a bug in it; it is logged and retried like a recoverable error,
   so nothing is lost.
@@ -25,6 +27,9 @@ from alertd.errors import NotifyError
 from alertd.notify.base import Notifier
 
 log = logging.getLogger("alertd.dispatch")
+
+MAX_RETRY_AFTER = 300.0
+"""The longest a receiver's Retry-After may hold a notification (seconds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +109,10 @@ class Delivery:
         backoff: Backoff | None = None,
         rng: random.Random | None = None,
         counters: DeliveryCounters | None = None,
+        max_retry_after: float = MAX_RETRY_AFTER,
     ) -> None:
         self.outbox = outbox
+        self.max_retry_after = max_retry_after
         self.notifiers = dict(notifiers)
         self.backoff = backoff or Backoff()
         self.rng = rng or random.Random()
@@ -160,7 +167,10 @@ class Delivery:
 
     def _retry(self, row: OutboxRow, error: str, retry_after: float | None, now: float) -> Outcome:
         failures = row.attempts + 1
-        wait = retry_after if retry_after is not None and retry_after >= 0 else self.backoff.delay(failures, self.rng)
+        if retry_after is not None and retry_after >= 0:  # NaN compares false: backoff
+            wait = min(retry_after, self.max_retry_after)
+        else:
+            wait = self.backoff.delay(failures, self.rng)
         at = now + wait
         self.outbox.mark_retry(row.key, error, at)
         self.counters.retried[row.receiver] += 1
