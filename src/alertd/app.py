@@ -3,8 +3,12 @@
 Each source is polled by an APScheduler job at its own interval. A poll that brings samples appends
 them to the buffer and evaluates the rules at once; a tick at the evaluation interval evaluates the
 time-based conditions (`for`, `absent`, `keep_firing_for`). Transitions go to the dispatcher, which
-writes what is due to the outbox; a delivery task sends it. A source that fails is retried with
-backoff, logged when its state changes, and visible as the series `alertd.source.up` (1 or 0).
+writes what is due to the outbox, in one transaction with the alert states and the cursors of the
+sources whose samples were evaluated; a delivery task sends it. A source that fails is retried with
+backoff, logged when its state changes, and visible as the series `alertd.source.up` (1 or 0); a poll
+that does not return within POLL_TIMEOUT counts as failed while it hangs (its thread is left to it).
+Blocking work runs on daemon threads (`alertd.threads`), so nothing a source does keeps SIGTERM from
+ending the process; rules files are read and checked off the event loop on reload.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import contextlib
 import logging
 import os
 import signal
+import sqlite3
 import sys
 import threading
 from collections.abc import Sequence
@@ -30,7 +35,7 @@ from alertd.clock import Clock, SystemClock
 from alertd.config import Config, load_config
 from alertd.dispatch.announce import announcements
 from alertd.dispatch.dispatcher import Dispatcher
-from alertd.dispatch.outbox import Outbox, state_dir
+from alertd.dispatch.outbox import Outbox, StateDirError, state_dir
 from alertd.dispatch.silences import SilenceStore
 from alertd.errors import ConfigError
 from alertd.health import SourceHealth
@@ -39,7 +44,7 @@ from alertd.model import Sample, SeriesKey, Transition, TransitionKind, make_lab
 from alertd.notify.base import Notifier
 from alertd.notify.config import KillConfig
 from alertd.notify.registry import build_notifier
-from alertd.persist import StateStore
+from alertd.persist import Snapshot, StateStore
 from alertd.rules.carry import carry_over, fingerprint, restored, rule_fingerprints
 from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
 from alertd.runs import RunTracker, Writer
@@ -47,15 +52,18 @@ from alertd.sources.base import Source
 from alertd.sources.config import SourceConfig
 from alertd.sources.registry import build_source
 from alertd.sources.tensorboard import TensorBoardSource
+from alertd.threads import DaemonExecutor
 from alertd.writers import WriterClaim, WriterRegistry
 
 log = logging.getLogger("alertd")
 
 SOURCE_UP = "alertd.source.up"
-SAVE_EVERY = 10.0
+HOUSEKEEPING_EVERY = 10.0
+"""Seconds between two evictions of old samples and prunings of old log entries."""
 WRITER_CHECK_EVERY = 2.0
 """Seconds between two looks at the TensorBoard writers' processes (new files are looked at at once)."""
-"""Seconds between two saves of the alert states and source cursors (and on every clean stop)."""
+POLL_TIMEOUT = 10.0
+"""Seconds beyond its interval a source's poll may take before it counts as failed (it keeps its thread)."""
 
 
 @dataclass
@@ -103,20 +111,27 @@ class Service:
         runs = RunTracker(config.stall_after)
         self.engine = Engine(config, SeriesBuffer(config.buffer), RuleSet(config.rules), runs=runs)
         self.state_dir = state or state_dir()
-        self.state_dir.mkdir(parents=True, exist_ok=True)
         self.sources: dict[str, Source] = {}
         self.health: dict[str, SourceHealth] = {}
         self.notifiers: dict[str, Notifier] = {}
-        self.outbox = Outbox(self.state_dir)
-        self.silences = SilenceStore(self.state_dir)
-        self.store = StateStore(self.state_dir)
+        self.outbox = Outbox(self.state_dir)  # StateDirError: the state directory can't be used
+        try:
+            self.silences = SilenceStore(self.state_dir)
+            self.store = StateStore(self.outbox.db, legacy=self.state_dir / "state.db")
+        except (sqlite3.Error, OSError) as exc:
+            self.outbox.close()
+            raise StateDirError(f"state directory {self.state_dir}: {exc}") from None
+        self._cursors: dict[str, tuple[str, Any]] = {}
+        self._polls: dict[str, tuple[float, asyncio.Task[list[Sample]]]] = {}
+        self._reloading = False
+        self.exit_code = 0
         self.dispatcher: Dispatcher | None = None
         self.child: ChildRun | None = None
         self.scheduler: AsyncIOScheduler | None = None
         self.ready = False
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing: set[asyncio.Task[Any]] = set()
 
     @property
     def config(self) -> Config:
@@ -130,6 +145,7 @@ class Service:
         self.health = {name: SourceHealth(name, src.interval) for name, src in self.sources.items()}
         self.notifiers = {name: self._notifier(name, cfg) for name, cfg in config.notifiers.items()}
         self.dispatcher = Dispatcher(
+            max_retry_after=config.max_retry_after,
             route=config.route.to_route(),
             outbox=self.outbox,
             notifiers=self.notifiers,
@@ -137,6 +153,7 @@ class Service:
             silences=self.silences,
         )
         self._restore()
+        self.save_state()  # at once: a crash in the first seconds must not read everything again
 
     def _restore(self) -> None:
         """Take up the alert states and source cursors saved by the previous run."""
@@ -148,26 +165,44 @@ class Service:
             restore = getattr(source, "restore", None)
             if saved and restore is not None and saved[0] == _config_fp(self.config.sources, name):
                 restore(saved[1])
+                self._cursors[name] = saved
         if tracks or cursors:
             log.info("state restored: %d alert states, %d source cursors", len(tracks), len(cursors))
 
     def save_state(self) -> None:
-        """Write the alert states and source cursors to the state directory."""
-        cursors = {}
-        for name, source in self.sources.items():
-            cursor = getattr(source, "cursor", None)
-            if cursor is not None:
-                cursors[name] = (_config_fp(self.config.sources, name) or "", cursor())
-        self.store.save(self.engine.state.tracks, rule_fingerprints(self.engine.ruleset), cursors, self.clock.now())
+        """Commit the alert states and source cursors now (no plan: nothing new is due)."""
+        self.outbox.commit_plan((), {}, also=self._state_writer())
+        self.store.committed()
 
-    def reload(self) -> list[str]:
-        """Load the rules files again. On an error, say what is wrong and keep the running rules."""
+    def _state_writer(self) -> Any:
+        cursors = {n: c for n, c in self._cursors.items() if n in self.sources}
+        snap = Snapshot(self.engine.state.tracks, rule_fingerprints(self.engine.ruleset), cursors, self.clock.now())
+        return self.store.writer(snap)
+
+    def _take_cursor(self, name: str, source: Source) -> None:
+        """Note how far `source` has read, right after its poll returned (its lock is free, its reading done)."""
+        cursor = getattr(source, "cursor", None)
+        if cursor is not None:
+            self._cursors[name] = (_config_fp(self.config.sources, name) or "", cursor())
+
+    async def reload(self) -> list[str]:
+        """Load the rules files again, off the event loop. On an error, say what is wrong and keep the running
+        rules (a reload already under way refuses a second one)."""
+        if self._reloading:
+            return ["a reload is already under way"]
+        self._reloading = True
         try:
-            config = load_config(self.paths)
+            config = await asyncio.get_running_loop().run_in_executor(None, load_config, self.paths)
         except ConfigError as exc:
             errors = [str(p) for p in exc.problems]
             log.error("reload refused, the running rules stay: %s", "; ".join(errors))
             return errors
+        finally:
+            self._reloading = False
+        return self.apply(config)
+
+    def apply(self, config: Config) -> list[str]:
+        """Use a checked configuration (the running rules' states carried over where unchanged)."""
         old = self.engine
         ruleset = RuleSet(config.rules)
         state, kept = carry_over(old.state, old.ruleset, ruleset, old.buffer)
@@ -256,21 +291,38 @@ class Service:
     # -- polling and evaluation ------------------------------------------------------------------
 
     async def poll_source(self, name: str) -> None:
-        """One scheduled poll of one source, with backoff after failures."""
+        """One scheduled poll of one source, with backoff after failures.
+
+        The poll runs as a task of its own: one that has not returned POLL_TIMEOUT after its interval
+        counts as a failure (`alertd.source.up` 0, `source_failing`) and is waited for, not started
+        again, at the next polls; its samples are taken when it returns.
+        """
         source, health = self.sources[name], self.health[name]
         now = self.clock.now()
         if not health.due(now):
             return
+        started, task = self._polls.get(name) or (now, None)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(_poll(source, now), name=f"poll:{name}")
+            self._polls[name] = (now, task)
         health.busy = True
         try:
-            samples = list(await source.poll(now))
+            limit = source.interval + POLL_TIMEOUT
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, started + limit - self.clock.now()))
+            if not done:
+                raise TimeoutError(f"a poll has not returned within {limit:g}s; waiting for it")
+            del self._polls[name]
+            samples = task.result()
         except Exception as exc:  # A source never crashes the service.
             health.failed(exc, now)
             samples = []
         else:
             health.succeeded(samples, now)
+            self._take_cursor(name, source)
         finally:
             health.busy = False
+        if name not in self.sources:  # dropped by a reload meanwhile
+            return
         if isinstance(source, TensorBoardSource):  # before the samples: a NaN in a new file needs its writer
             await self.check_writers(now, only_new=True)
         up = Sample(SeriesKey(SOURCE_UP, make_labels({"source": name})), now, None, 0.0 if health.failures else 1.0)
@@ -303,10 +355,24 @@ class Service:
         self._submit(ev.transitions, now)
 
     def _submit(self, transitions: Sequence[Transition], now: float) -> None:
+        """Plan and commit, with the alert states and cursors, in one transaction."""
         assert self.dispatcher is not None
         alerts = {a.fingerprint: a for a in self.engine.state.alerts(self.engine.ruleset.rules)}
-        self.dispatcher.submit(transitions, alerts, now)
+        try:
+            self.dispatcher.submit(transitions, alerts, now, also=self._state_writer())
+        except sqlite3.Error as exc:
+            self.store.failed()
+            self.fatal(f"can't write the state directory {self.state_dir} ({exc}); alertd stops")
+            return
+        self.store.committed()
         self._wake.set()
+
+    def fatal(self, message: str) -> None:
+        """Stop with exit status 1 after one clear message (the state can't be kept)."""
+        if not self.exit_code:
+            log.critical("%s", message)
+        self.exit_code = 1
+        self._stop.set()
 
     async def tick(self) -> None:
         """The evaluation tick: writers, runs that stalled, time-based conditions and group timers."""
@@ -402,7 +468,7 @@ class Service:
             misfire_grace_time=None,
             id="tick",
         )
-        scheduler.add_job(self._housekeeping, "interval", seconds=SAVE_EVERY, id="housekeeping")
+        scheduler.add_job(self._housekeeping, "interval", seconds=HOUSEKEEPING_EVERY, id="housekeeping")
         for name, notifier in self.notifiers.items():
             resend = getattr(notifier, "resend", None)
             if resend is not None:
@@ -425,7 +491,6 @@ class Service:
         self.engine.buffer.evict_all(now)
         if self.dispatcher is not None:
             self.dispatcher.prune(now)
-        self.save_state()
 
     async def _resend(self, name: str) -> None:
         try:
@@ -436,6 +501,12 @@ class Service:
     def stop(self) -> None:
         """Ask the service to stop (safe to call from a signal handler)."""
         self._stop.set()
+
+    def reload_later(self) -> None:
+        """Start a reload without waiting for it (SIGHUP)."""
+        task = asyncio.get_running_loop().create_task(self.reload(), name="reload")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def run_exited(self, source: str, run: str, status: int) -> None:
         """A run's process (alertd's own child) exited with `status`: its end, evaluated at once."""
@@ -481,10 +552,16 @@ class Service:
 
     def close(self) -> None:
         """Save the state and close the state directory's databases."""
-        self.save_state()
-        self.store.close()
+        try:
+            self.save_state()
+        except sqlite3.Error as exc:
+            self.fatal(f"can't write the state directory {self.state_dir} ({exc})")
         self.silences.close()
         self.outbox.close()
+
+
+async def _poll(source: Source, now: float) -> list[Sample]:
+    return list(await source.poll(now))
 
 
 async def _quietly(coro: object) -> None:
@@ -525,15 +602,19 @@ def run_service(
         for problem in exc.problems:
             log.error("%s", problem)
         return 1
+    except StateDirError as exc:
+        log.error("%s", exc)
+        return 1
     return asyncio.run(_main(service, listen))
 
 
 async def _main(service: Service, listen: str | None, handle_signals: bool = True) -> int:
     loop = asyncio.get_running_loop()
+    loop.set_default_executor(DaemonExecutor())
     if handle_signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, service.stop)
-        loop.add_signal_handler(signal.SIGHUP, service.reload)
+        loop.add_signal_handler(signal.SIGHUP, lambda: service.reload_later())
     api = None
     if listen:
         from alertd.api import serve_api
@@ -548,7 +629,7 @@ async def _main(service: Service, listen: str | None, handle_signals: bool = Tru
             api.cancel()
             with contextlib.suppress(asyncio.CancelledError, OSError):
                 await api
-    return 0
+    return service.exit_code
 
 
 def api_token() -> str | None:
@@ -598,6 +679,9 @@ def run_exec(
     except ConfigError as exc:
         for problem in exc.problems:
             log.error("%s", problem)
+        return 2
+    except StateDirError as exc:
+        log.error("%s", exc)
         return 2
     # Block the signals before any thread exists, so that only the forwarding thread takes them.
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, EXEC_SIGNALS)

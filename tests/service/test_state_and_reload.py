@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from pathlib import Path
 
@@ -100,12 +101,12 @@ def test_reload_keeps_unchanged_rules_and_refuses_a_bad_file(tmp_path: Path) -> 
     before = alerts(s)
 
     write_rules(tmp_path, extra="  - {name: new, metric: loss, condition: '> 100'}\n")
-    assert s.reload() == []
+    assert asyncio.run(s.reload()) == []
     assert {r.name for r in s.engine.ruleset.rules} == {"cold", "nan", "rising", "new"}
     assert alerts(s) == before  # Unchanged rules keep their states.
 
     (tmp_path / "rules.yaml").write_text("rules:\n  - {name: broken, metric: x, condition: sometimes}\n")
-    errors = s.reload()
+    errors = asyncio.run(s.reload())
     assert len(errors) == 1 and "rules[0].condition: unknown condition 'sometimes'" in errors[0]
     assert {r.name for r in s.engine.ruleset.rules} == {"cold", "nan", "rising", "new"}  # The old rules still run.
     s.close()
@@ -118,7 +119,7 @@ def test_a_changed_rule_starts_again_from_now(tmp_path: Path) -> None:
     (tmp_path / "rules.yaml").write_text(
         (tmp_path / "rules.yaml").read_text().replace('condition: "< 40", for: 10m', 'condition: "< 20", for: 10m')
     )
-    assert s.reload() == []
+    assert asyncio.run(s.reload()) == []
     assert "cold" not in alerts(s)  # Its old state is gone, and the buffered past is not evaluated again.
     s.ingest([Sample(UTIL, 1100.0, None, 10.0)], 1100.0)
     assert alerts(s)["cold"] == (AlertState.PENDING, 1100.0, None)
