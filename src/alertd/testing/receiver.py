@@ -26,7 +26,9 @@ class Recorder:
     """What the receiver answers next, and what it got."""
 
     responses: list[tuple[int, dict[str, str]]] = field(default_factory=list)
-    """Scripted answers, used first-in first-out; 200 once they run out."""
+    """Scripted answers, used first-in first-out; 200 once they run out (or see `fail_every`)."""
+    fail_every: int = 0
+    """When no script is left: every `fail_every`-th request is answered 503 (a flapping receiver)."""
     received: list[tuple[str, int]] = field(default_factory=list)
     """(idempotency key, status answered) of every request."""
     bodies: list[dict[str, object]] = field(default_factory=list)
@@ -39,10 +41,30 @@ class Recorder:
         with self.lock:
             return Counter(k for k, status in self.received if 200 <= status < 300)
 
+    def keys_by_content(self) -> dict[str, set[str]]:
+        """The idempotency keys each distinct notification (its status and alerts) was delivered under."""
+        out: dict[str, set[str]] = {}
+        with self.lock:
+            for (key, _), body in zip([r for r in self.received if 200 <= r[1] < 300], self.bodies, strict=True):
+                out.setdefault(content_of(body), set()).add(key)
+        return out
+
     def requests(self) -> int:
         """How many requests arrived."""
         with self.lock:
             return len(self.received)
+
+
+def content_of(body: dict[str, object]) -> str:
+    """What a generic-format notification tells, without when it was sent: status and each alert's
+    labels, status, start and end."""
+    alerts = body.get("alerts", [])
+    assert isinstance(alerts, list)
+    parts = sorted(
+        json.dumps([a.get("labels"), a.get("status"), a.get("startsAt"), a.get("endsAt")], sort_keys=True)
+        for a in alerts
+    )
+    return json.dumps([body.get("status"), parts])
 
 
 class Receiver:
@@ -57,7 +79,8 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 key = self.headers.get("Idempotency-Key", "")
                 with rec.lock:
-                    status, headers = rec.responses.pop(0) if rec.responses else (200, {})
+                    flap = rec.fail_every and (len(rec.received) + 1) % rec.fail_every == 0
+                    status, headers = rec.responses.pop(0) if rec.responses else (503 if flap else 200, {})
                     rec.received.append((key, status))
                     if 200 <= status < 300:
                         rec.bodies.append(json.loads(body))

@@ -1,0 +1,133 @@
+"""State directory problems end in one clear message and exit 1 (or, a corrupt database, a loud warning
+and a fresh start), never a traceback: a real alertd against a corrupt file, a second alertd, and
+(as root) a tmpfs the test mounts read-only or fills up."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from service_helpers import Alertd
+
+RULES = """
+sources: [{{name: s, type: samples, path: "{path}", interval: 0.2s}}]
+notifiers: {{console: {{type: log}}}}
+rules:
+  - {{name: nan, metric: loss, condition: nonfinite}}
+"""
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)")
+
+
+def _rules(tmp_path: Path) -> tuple[Path, Path]:
+    samples, rules = tmp_path / "samples.jsonl", tmp_path / "rules.yaml"
+    samples.touch()
+    rules.write_text(RULES.format(path=samples))
+    return samples, rules
+
+
+def _nan(samples: Path) -> None:
+    line = {"metric": "loss", "labels": {"source": "s", "run": "a"}, "time": time.time(), "step": 1, "value": "NaN"}
+    with samples.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+    assert math.isnan(float(line["value"]))  # type: ignore[arg-type]
+
+
+def _ended(alertd: Alertd, timeout: float = 15.0) -> tuple[int, str]:
+    code = alertd.proc.wait(timeout)
+    alertd.stop()
+    return code, alertd.logs()
+
+
+@contextlib.contextmanager
+def _tmpfs(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _fill(directory: Path) -> None:
+    """Write zeros until the file system is full."""
+    with contextlib.suppress(OSError), (directory / "filler").open("wb") as f:
+        while True:
+            f.write(b"\0" * 4096)
+            f.flush()
+
+
+def test_a_corrupt_database_is_moved_aside_with_a_warning_and_alertd_starts_afresh(tmp_path: Path) -> None:
+    samples, rules = _rules(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "alertd.db").write_bytes(b"this is not an SQLite database" * 100)
+    alertd = Alertd(rules, state)
+    try:
+        alertd.wait_log("alertd started")
+        _nan(samples)
+        alertd.wait_log('"state": "firing"')
+    finally:
+        assert alertd.stop() == 0
+    logs = alertd.logs()
+    assert "is corrupt" in logs and "moved aside" in logs and "Traceback" not in logs
+    assert [p.name.split(".corrupt-")[0] for p in state.glob("alertd.db.corrupt-*")] == ["alertd.db"]
+
+
+def test_a_second_alertd_on_the_same_state_directory_exits_1_with_one_message(tmp_path: Path) -> None:
+    _, rules = _rules(tmp_path)
+    state = tmp_path / "state"
+    first = Alertd(rules, state)
+    try:
+        first.wait_log("alertd started")
+        second = Alertd(rules, state)
+        code, logs = _ended(second)
+    finally:
+        assert first.stop() == 0
+    assert code == 1
+    assert "another alertd process is using this state directory" in logs
+    assert "Traceback" not in logs
+
+
+@root_only
+def test_a_read_only_state_directory_exits_1_with_one_message(tmp_path: Path) -> None:
+    _, rules = _rules(tmp_path)
+    with _tmpfs(tmp_path / "ro", "1m") as mnt:
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        code, logs = _ended(Alertd(rules, mnt))  # the state directory itself is read-only
+    assert code == 1
+    assert "Read-only file system" in logs and "Traceback" not in logs
+
+
+@root_only
+def test_a_full_disk_at_start_exits_1_with_one_message(tmp_path: Path) -> None:
+    _, rules = _rules(tmp_path)
+    with _tmpfs(tmp_path / "full", "256k") as mnt:
+        _fill(mnt)
+        code, logs = _ended(Alertd(rules, mnt))
+    assert code == 1
+    assert "full" in logs and "Traceback" not in logs
+
+
+@root_only
+def test_a_disk_that_fills_up_while_running_ends_alertd_with_one_message(tmp_path: Path) -> None:
+    samples, rules = _rules(tmp_path)
+    with _tmpfs(tmp_path / "full", "1m") as mnt:
+        alertd = Alertd(rules, mnt)
+        alertd.wait_log("alertd started")
+        _fill(mnt)
+        for _ in range(20):  # alert states to write, until a write fails
+            _nan(samples)
+            time.sleep(0.1)
+            if alertd.proc.poll() is not None:
+                break
+        code, logs = _ended(alertd)
+    assert code == 1
+    assert "can't write the state directory" in logs and "full" in logs
+    assert "Traceback" not in logs
