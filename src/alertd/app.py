@@ -123,6 +123,7 @@ class Service:
             raise StateDirError(f"state directory {self.state_dir}: {exc}") from None
         self._cursors: dict[str, tuple[str, Any]] = {}
         self._polls: dict[str, tuple[float, asyncio.Task[list[Sample]]]] = {}
+        self._writer_claims: dict[str, list[WriterClaim]] = {}
         self._reloading = False
         self.exit_code = 0
         self.dispatcher: Dispatcher | None = None
@@ -389,7 +390,9 @@ class Service:
         On the tick, at most every WRITER_CHECK_EVERY seconds; after a poll (`only_new`), only when the
         poll found files not seen before, so a NaN in a new file finds its writer verified.
         """
-        claims = [c for s in self.sources.values() if isinstance(s, TensorBoardSource) for c in s.writer_claims()]
+        claims = [
+            c for name, s in self.sources.items() if isinstance(s, TensorBoardSource) for c in self._claims_of(name, s)
+        ]
         paths = {c.path for c in claims}
         new = not paths <= self._claimed
         if not claims or (only_new and not new) or (not new and now - self._writers_checked < WRITER_CHECK_EVERY):
@@ -410,6 +413,13 @@ class Service:
             derived += runs.writer(c.source, c.run, Writer(c.host, c.pid, False, alive, False), now)
         if derived:
             self.engine.buffer.append(derived, now)
+
+    def _claims_of(self, name: str, source: TensorBoardSource) -> list[WriterClaim]:
+        """The writer claims of a TensorBoard source: asked while no poll of it runs (it holds its lock
+        then, maybe for long), else those of its last quiet moment."""
+        if name not in self._polls:
+            self._writer_claims[name] = source.writer_claims()
+        return self._writer_claims.get(name, [])
 
     def _check_writers(self, claims: list[WriterClaim], now: float) -> tuple[list[str], list[tuple[WriterClaim, bool]]]:
         registry = self.writer_registry

@@ -67,6 +67,7 @@ def test_a_poll_that_never_returns_counts_as_failing_and_the_others_go_on(
         service.ingest([loss], 1005.0)  # the other sources' samples are evaluated as ever
         firing = sorted(a.rule for a in service.engine.state.alerts(service.engine.ruleset.rules))
         hung.release.set()
+        await asyncio.sleep(0.2)  # the thread returns
         clock.t = 1500.0
         await service.poll_source("stuck")  # the hung poll returned: the source is up again
         assert service.health["stuck"].failures == 0
