@@ -182,3 +182,22 @@ def test_next_run_is_the_earliest_group_timer() -> None:
 def test_old_alert_skips_group_wait_as_in_alertmanager() -> None:
     t = Table(route({"receivers": ["c"], "group_wait": "30s"}))
     assert t.step(100.0, tr("hot", FIRING, 50.0)) == [("c", "firing", ("hot/r1:firing",))]
+
+
+def _keys(t: Table, *steps: tuple[float, Transition]) -> list[str]:
+    keys = []
+    for now, transition in steps:
+        t.step(now, transition)
+        assert t.last is not None
+        keys += [n.key for n in t.last.notifications]
+    return keys
+
+
+def test_a_key_depends_only_on_the_transitions_not_on_the_log_or_the_clock() -> None:
+    root = route({"receivers": ["c"], "group_interval": "1s"})
+    sent = _keys(Table(root), (10.0, tr("hot", FIRING, 5.0)), (20.0, tr("hot", RESOLVED, 15.0)))
+    # the same transitions planned again later with the log lost (the samples read again after a crash)
+    again = _keys(Table(root), (500.0, tr("hot", FIRING, 5.0)), (600.0, tr("hot", RESOLVED, 15.0)))
+    assert again == sent and len(set(sent)) == 2
+    other = _keys(Table(root), (500.0, tr("hot", FIRING, 400.0)))  # it fired again, at another time
+    assert other[0] not in sent

@@ -121,3 +121,25 @@ def test_silence_store_persists_and_expires(tmp_path: Path) -> None:
     assert reopened.prune(before=1000.0) == 2
     reopened.close()
     assert SilenceStore(tmp_path).list() == []
+
+
+def test_a_resolution_waiting_for_group_interval_survives_reopening_the_outbox(tmp_path: Path) -> None:
+    from alertd.dispatch.dispatcher import Dispatcher
+
+    from .helpers import route
+
+    root = route({"receivers": ["c"], "group_wait": "0s", "group_interval": "1m"})
+    box = Outbox(tmp_path)
+    first = Dispatcher(route=root, outbox=box, notifiers={})
+    first.submit([tr("hot", FIRING, 0.0)], None, 0.0)
+    first.submit([tr("hot", RESOLVED, 10.0)], None, 10.0)  # waits for the group's next flush at 60
+    assert first.next_wakeup() == 0.0  # the firing notification is due
+    box.close()
+
+    box = Outbox(tmp_path)  # a restart
+    again = Dispatcher(route=root, outbox=box, notifiers={})
+    assert [r.notification.status for r in box.rows()] == ["firing"]
+    plan = again.submit([], None, 60.0)
+    assert [n.status for n in plan.notifications] == ["resolved"]
+    assert [r.notification.status for r in box.rows()] == ["firing", "resolved"]
+    box.close()
