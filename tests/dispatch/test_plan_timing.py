@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from alertd.dispatch.plan import PlanState, plan
+from alertd.model import Transition
 
 from .helpers import FIRING, INACTIVE, PENDING, RESOLVED, Table, route, tr
 
