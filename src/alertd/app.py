@@ -4,7 +4,8 @@ Each source is polled by an APScheduler job at its own interval. A poll that bri
 them to the buffer and evaluates the rules at once; a tick at the evaluation interval evaluates the
 time-based conditions (`for`, `absent`, `keep_firing_for`). Transitions go to the dispatcher, which
 writes what is due to the outbox, in one transaction with the alert states and the cursors of the
-sources whose samples were evaluated; a delivery task sends it. A source that fails is retried with
+sources whose samples were evaluated (every evaluation that made a transition, and every SAVE_EVERY
+seconds); a delivery task sends it. A source that fails is retried with
 backoff, logged when its state changes, and visible as the series `alertd.source.up` (1 or 0); a poll
 that does not return within POLL_TIMEOUT counts as failed while it hangs (its thread is left to it).
 Blocking work runs on daemon threads (`alertd.threads`), so nothing a source does keeps SIGTERM from
@@ -62,6 +63,10 @@ HOUSEKEEPING_EVERY = 10.0
 """Seconds between two evictions of old samples and prunings of old log entries."""
 WRITER_CHECK_EVERY = 2.0
 """Seconds between two looks at the TensorBoard writers' processes (new files are looked at at once)."""
+SAVE_EVERY = 10.0
+"""Seconds between two commits of the alert states and cursors when no evaluation made a transition (one
+that did is committed at once, with what it planned). A crash reads at most this much again, which
+plans nothing new: the same transitions give the same idempotency keys."""
 POLL_TIMEOUT = 10.0
 """Seconds beyond its interval a source's poll may take before it counts as failed (it keeps its thread)."""
 
@@ -125,6 +130,7 @@ class Service:
         self._polls: dict[str, tuple[float, asyncio.Task[list[Sample]]]] = {}
         self._writer_claims: dict[str, list[WriterClaim]] = {}
         self._reloading = False
+        self._next_save = float("-inf")
         self.exit_code = 0
         self.dispatcher: Dispatcher | None = None
         self.child: ChildRun | None = None
@@ -176,6 +182,7 @@ class Service:
         self.store.committed()
 
     def _state_writer(self) -> Any:
+        self._next_save = self.clock.now() + SAVE_EVERY
         cursors = {n: c for n, c in self._cursors.items() if n in self.sources}
         snap = Snapshot(self.engine.state.tracks, rule_fingerprints(self.engine.ruleset), cursors, self.clock.now())
         return self.store.writer(snap)
@@ -359,8 +366,9 @@ class Service:
         """Plan and commit, with the alert states and cursors, in one transaction."""
         assert self.dispatcher is not None
         alerts = {a.fingerprint: a for a in self.engine.state.alerts(self.engine.ruleset.rules)}
+        save = bool(transitions) or self.clock.now() >= self._next_save
         try:
-            self.dispatcher.submit(transitions, alerts, now, also=self._state_writer())
+            self.dispatcher.submit(transitions, alerts, now, also=self._state_writer() if save else None)
         except sqlite3.Error as exc:
             self.store.failed()
             self.fatal(f"can't write the state directory {self.state_dir} ({exc}); alertd stops")

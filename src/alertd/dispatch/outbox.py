@@ -143,6 +143,9 @@ class Outbox:
         in the same transaction. A notification whose key is already in the outbox (planned before a
         restart, or delivered within the retention) is not added again.
         """
+        notifications = list(notifications)
+        if not notifications and not log_updates and not groups and also is None:
+            return 0
         added = 0
         with _transaction(self._db):
             if also is not None:
