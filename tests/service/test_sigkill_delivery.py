@@ -52,6 +52,7 @@ def test_sigkills_with_a_flapping_receiver_deliver_each_notification_under_one_k
             for step, value in ((0, 1.0), (1, math.nan), (2, 1.0)):
                 f.write(_line(run, t0 + i + step / 10, step, value) + "\n")
     rng = random.Random(7)
+    alertd = None
     try:
         alertd = Alertd(rules, state)
         every = 2 * len(runs)  # each run's firing and its resolution
@@ -65,6 +66,8 @@ def test_sigkills_with_a_flapping_receiver_deliver_each_notification_under_one_k
         time.sleep(3.0)  # nothing more may come
         assert alertd.stop() == 0
     finally:
+        if alertd is not None:
+            alertd.stop(signal.SIGKILL)
         receiver.stop()
     by_content = receiver.recorder.keys_by_content()
     assert len(by_content) == every  # nothing else
@@ -80,6 +83,7 @@ def test_a_resolution_waiting_for_its_group_interval_survives_a_sigkill(tmp_path
     samples, state, rules = _setup(tmp_path, receiver, gi="20s")
     now = time.time()
     samples.write_text(_line("a", now, 0, 1.0) + "\n" + _line("a", now, 1, math.nan) + "\n")
+    alertd = None
     try:
         alertd = Alertd(rules, state)
         wait_for(lambda: receiver.recorder.delivered(), "the firing notification", alertd=alertd)
@@ -93,6 +97,8 @@ def test_a_resolution_waiting_for_its_group_interval_survives_a_sigkill(tmp_path
         wait_for(lambda: "resolved" in statuses(), "the resolution after the restart", 30, alertd)
         assert alertd.stop() == 0
     finally:
+        if alertd is not None:
+            alertd.stop(signal.SIGKILL)
         receiver.stop()
     assert statuses() == ["firing", "resolved"]
 
@@ -104,6 +110,7 @@ def test_a_retry_after_of_a_year_is_capped_and_holds_no_other_group(tmp_path: Pa
     now = time.time()
     lines = [_line("a", now, 1, math.nan), _line("b", now + 0.1, 1, math.nan)]
     samples.write_text("\n".join(lines) + "\n")
+    alertd = None
     try:
         alertd = Alertd(rules, state)
         wait_for(lambda: len(receiver.recorder.bodies) >= 1, "the other group's notification", alertd=alertd)
@@ -112,6 +119,8 @@ def test_a_retry_after_of_a_year_is_capped_and_holds_no_other_group(tmp_path: Pa
         waited = receiver.recorder.arrivals[1] - refused_at
         assert alertd.stop() == 0
     finally:
+        if alertd is not None:
+            alertd.stop(signal.SIGKILL)
         receiver.stop()
     assert receiver.recorder.received[0][1] == 429
     runs = [b["groupLabels"] for b in receiver.recorder.bodies]
