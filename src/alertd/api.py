@@ -1,10 +1,10 @@
 """The HTTP API of the running service (design section 6): health, metrics, state, silences, reload, dry-run.
 
 Handlers are `async` and run in the service's own event loop, so they read the buffer and the rules'
-state between two evaluations, never during one. A dry run works in a worker thread and is given
-`dry_run_timeout` seconds; past that the client gets 504 and the thread is told to stop (it notices
-between samples and between transitions, so it finishes in the background shortly after).
-With a token, every endpoint but `/healthz`, `/readyz` and `/metrics` wants `Authorization: Bearer`.
+state between two evaluations, never during one. Each dry run works in a process of its own
+(`alertd.dryrun_worker`), at most four at once, killed at `dry_run_timeout` (the client gets 504).
+With a token, every endpoint but `/healthz`, `/readyz` and `/metrics` wants `Authorization: Bearer`,
+checked before the body is read. How connections are kept in bounds is `alertd.api_server`'s part.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import inspect
+import logging
 import socket
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
 from fnmatch import fnmatchcase
@@ -20,24 +22,31 @@ from typing import Any
 
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from alertd import api_models as m
-from alertd.api_dryrun import DryRunError, DryRunJob, resolve_under
 from alertd.api_metrics import ServiceCollector, alert_counts, source_up
-from alertd.api_models import silence_from, silence_json
+from alertd.api_models import parse_instant, silence_from, silence_json, time_or_none
+from alertd.api_server import AcceptErrors, Connections, connection_limit, protocol_factory
 from alertd.buffer import Series
 from alertd.config import redacted
 from alertd.dispatch.matchers import alert_label_map
-from alertd.model import SeriesKey, format_time, format_value
+from alertd.dryrun_worker import MAX_RUNNING, DryRunFailed, DryRuns
+from alertd.model import SeriesKey, format_value
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": m.ErrorBody} for code in (400, 401, 403, 404, 409, 413, 503, 504)
+    code: {"model": m.ErrorBody} for code in (400, 401, 403, 404, 408, 409, 413, 429, 500, 503, 504)
 }
+BODY_TIMEOUT = 30.0
+"""Seconds a client has to send a request's body."""
+SHUTDOWN_GRACE = 3.0
+"""Seconds the server waits, once stopping, for the answers under way before it drops their connections."""
 
 
 class ApiError(Exception):
@@ -53,7 +62,30 @@ def _error(status: int, errors: list[str], headers: dict[str, str] | None = None
 
 
 def _time(t: float | None) -> str | None:
-    return None if t is None else format_time(t)
+    return time_or_none(t)
+
+
+def _instants(lo: str | None, hi: str | None) -> tuple[float, float]:
+    """The `from` and `to` query parameters as an interval; ApiError 400 naming the parameter at fault."""
+    try:
+        start = parse_instant("from", lo) if lo is not None else float("-inf")
+        end = parse_instant("to", hi) if hi is not None else float("inf")
+    except ValueError as exc:
+        raise ApiError(400, str(exc)) from None
+    if start > end:
+        raise ApiError(400, f"from ({lo}) is after to ({hi})")
+    return start, end
+
+
+def _json_safe(value: Any) -> Any:
+    """`value` with every float that JSON can't hold (NaN, infinities) as the string `format_value` gives."""
+    if isinstance(value, float):
+        return format_value(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def series_id(key: SeriesKey) -> str:
@@ -62,34 +94,49 @@ def series_id(key: SeriesKey) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-class BodyLimit:
-    """ASGI middleware: a request body larger than `limit` bytes gets 413, whether its Content-Length
-    says so or its chunks add up past it. The body is read in full before the app sees it."""
+class Gate:
+    """ASGI middleware that judges a request by its head before its body is read: the bearer token (for
+    `/api/...`), then the Content-Length against `limit` (413). Only then is the body read, at most `limit`
+    bytes (413 past that, whether it came with a Content-Length or in chunks) within `body_timeout`
+    seconds (408). The app sees the body replayed. After a refusal the server reads and drops what is left
+    of the body for a few seconds at most (`api_server.LINGER`), then closes the connection."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(self, app: ASGIApp, limit: int, token: str | None = None, body_timeout: float = BODY_TIMEOUT) -> None:
+        self.app, self.limit, self.body_timeout = app, limit, body_timeout
+        self.token = token.encode() if token else None
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]], send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
+        path = str(scope.get("path", ""))
+        if self.token is not None and (path == "/api" or path.startswith("/api/")):
+            scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.token):
+                await _refuse(401, "a valid bearer token is required", scope, send, {"WWW-Authenticate": "Bearer"})
+                return
         length = headers.get(b"content-length", b"")
         if length.isdigit() and int(length) > self.limit:
-            await _too_large(self.limit, scope, receive, send)
+            await _refuse(413, f"the request body is larger than {self.limit} bytes", scope, send)
             return
         chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            size += len(message.get("body", b""))
-            if size > self.limit:
-                await _too_large(self.limit, scope, receive, send)
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        break
+                    size += len(message.get("body", b""))
+                    if size > self.limit:
+                        await _refuse(413, f"the request body is larger than {self.limit} bytes", scope, send)
+                        return
+                    chunks.append(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            await _refuse(408, f"the request body took longer than {self.body_timeout:g}s", scope, send)
+            return
         body, done = b"".join(chunks), False
 
         async def replay() -> Message:
@@ -102,9 +149,14 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-async def _too_large(limit: int, scope: Scope, receive: Any, send: Any) -> None:
-    response = _error(413, [f"the request body is larger than {limit} bytes"])
-    await response(scope, receive, send)
+async def _refuse(status: int, error: str, scope: Scope, send: Any, headers: dict[str, str] | None = None) -> None:
+    """Answer `status` without reading (more of) the body."""
+    response = _error(status, [error], headers)
+
+    async def nothing() -> Message:
+        return {"type": "http.disconnect"}
+
+    await response(scope, nothing, send)
 
 
 def create_app(
@@ -112,10 +164,13 @@ def create_app(
     *,
     token: str | None = None,
     max_body: int = 1_000_000,
+    body_timeout: float = BODY_TIMEOUT,
     dry_run_timeout: float = 10.0,
     dry_run_roots: Sequence[str] = (),
+    max_dry_runs: int = MAX_RUNNING,
 ) -> FastAPI:
-    """The API of `service` (an `alertd.app.Service`) as an ASGI app."""
+    """The API of `service` (an `alertd.app.Service`) as an ASGI app; `app.state.dry_runs` holds its
+    dry-run workers (`close()` them when the service stops)."""
     app = FastAPI(title="alertd", version="0.1.0", description=__doc__)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ServiceCollector(service))
@@ -123,6 +178,11 @@ def create_app(
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         return _error(exc.status, exc.errors, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """FastAPI's 422, but a NaN or an infinity in the input is written as a string, not a 500."""
+        return JSONResponse({"detail": _json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
 
     @app.get("/healthz", response_model=m.Status, response_model_exclude_none=True, tags=["health"])
     async def healthz() -> dict[str, Any]:
@@ -149,11 +209,13 @@ def create_app(
 
     deps = [Depends(_bearer(token))] if token else []
     api = APIRouter(prefix="/api/v1", dependencies=deps, responses=ERRORS)
+    dry_runs = DryRuns(timeout=dry_run_timeout, roots=dry_run_roots, limit=max_dry_runs)
+    app.state.dry_runs = dry_runs
     _state_routes(api, service)
     _silence_routes(api, service)
-    _admin_routes(api, service, dry_run_timeout, list(dry_run_roots))
+    _admin_routes(api, service, dry_runs)
     app.include_router(api)
-    app.add_middleware(BodyLimit, limit=max_body)
+    app.add_middleware(Gate, limit=max_body, token=token, body_timeout=body_timeout)
     return app
 
 
@@ -187,8 +249,8 @@ def _state_routes(api: APIRouter, service: Any) -> None:
                     "severity": a.severity,
                     "value": format_value(a.value),
                     "step": a.step,
-                    "time": format_time(a.time),
-                    "activeAt": format_time(a.active_at),
+                    "time": _time(a.time),
+                    "activeAt": _time(a.active_at),
                     "firedAt": _time(a.fired_at),
                     "fingerprint": a.fingerprint,
                     "silenced": bool(by),
@@ -264,9 +326,9 @@ def _state_routes(api: APIRouter, service: Any) -> None:
                     "writer": d["writer"],
                     "firstStep": d["first_step"],
                     "lastStep": d["last_step"],
-                    "firstSample": _time(r.first_time) if r.first_time != float("inf") else None,
-                    "lastSample": _time(r.last_time) if r.last_time != float("-inf") else None,
-                    "endedAt": _time(r.ended_at) if r.ended_at is not None else None,
+                    "firstSample": _time(r.first_time),
+                    "lastSample": _time(r.last_time),
+                    "endedAt": _time(r.ended_at),
                 }
             )
         return out
@@ -275,24 +337,55 @@ def _state_routes(api: APIRouter, service: Any) -> None:
     async def series(
         metric: str | None = Query(None, description="glob over metric names", max_length=1000),
         limit: int = Query(100, ge=1, le=10_000),
+        from_: str | None = Query(None, alias="from", description=WHEN.format("newest sample", "at or after")),
+        to: str | None = Query(None, description=WHEN.format("newest sample", "at or before")),
     ) -> dict[str, Any]:
-        """Buffered series whose metric matches the glob, by metric and labels."""
-        found = [s for s in service.engine.buffer if metric is None or fnmatchcase(s.key.metric, metric)]
+        """Buffered series whose metric matches the glob (and whose newest sample lies between `from` and
+        `to`), by metric and labels."""
+        start, end = _instants(from_, to)
+        found = [
+            s
+            for s in service.engine.buffer
+            if (metric is None or fnmatchcase(s.key.metric, metric)) and _newest_within(s, start, end)
+        ]
         found.sort(key=lambda s: (s.key.metric, s.key.labels))
         return {"total": len(found), "series": [_series_json(s) for s in found[:limit]]}
 
     @api.get("/series/{sid}", response_model=m.SeriesSamples)
-    async def series_samples(sid: str, limit: int = Query(100, ge=1, le=100_000)) -> dict[str, Any]:
-        """The newest `limit` samples of one series (its `id` from the listing), oldest first."""
+    async def series_samples(
+        sid: str,
+        limit: int = Query(100, ge=1, le=100_000),
+        from_: str | None = Query(None, alias="from", description=WHEN.format("sample", "at or after")),
+        to: str | None = Query(None, description=WHEN.format("sample", "at or before")),
+    ) -> dict[str, Any]:
+        """The newest `limit` samples of one series (its `id` from the listing), oldest first; with `from`
+        and `to`, only those between them."""
+        start, end = _instants(from_, to)
         s = next((s for s in service.engine.buffer if series_id(s.key) == sid), None)
         if s is None:
             raise ApiError(404, f"no series with id {sid!r}")
-        first = max(s.start, len(s.times) - limit)
+        window = from_ is not None or to is not None  # (without one, samples at odd times count too)
+        picked: list[int] = []
+        for i in range(len(s.times) - 1, s.start - 1, -1):
+            if len(picked) == limit:
+                break
+            if not window or start <= s.times[i] <= end:
+                picked.append(i)
         samples = [
-            {"time": format_time(s.times[i]), "step": s.step_at(i), "value": format_value(s.values[i])}
-            for i in range(first, len(s.times))
+            {"time": _time(s.times[i]), "step": s.step_at(i), "value": format_value(s.values[i])}
+            for i in reversed(picked)
         ]
         return {"id": sid, "metric": s.key.metric, "labels": s.key.label_dict(), "samples": samples}
+
+
+WHEN = "only {0}s {1} this time (epoch seconds or RFC 3339)"
+
+
+def _newest_within(s: Series, start: float, end: float) -> bool:
+    if start == float("-inf") and end == float("inf"):
+        return True
+    last = s.last_time()
+    return last is not None and start <= last <= end
 
 
 def _series_json(s: Series) -> dict[str, Any]:
@@ -304,7 +397,7 @@ def _series_json(s: Series) -> dict[str, Any]:
         "labels": s.key.label_dict(),
         "samples": len(s),
         "lastValue": format_value(s.values[last]) if has else None,
-        "lastTime": format_time(s.times[last]) if has else None,
+        "lastTime": _time(s.times[last]) if has else None,
         "lastStep": s.step_at(last) if has else None,
     }
 
@@ -336,7 +429,7 @@ def _silence_routes(api: APIRouter, service: Any) -> None:
             raise ApiError(404, f"no silence with id {silence_id!r}") from None
 
 
-def _admin_routes(api: APIRouter, service: Any, timeout: float, roots: list[str]) -> None:
+def _admin_routes(api: APIRouter, service: Any, dry_runs: DryRuns) -> None:
     @api.post("/reload", response_model=m.ReloadOut, responses={400: {"model": m.ReloadOut}})
     async def reload() -> Any:
         """Load the rules files again; on an error the running rules stay and the problems are listed."""
@@ -346,25 +439,25 @@ def _admin_routes(api: APIRouter, service: Any, timeout: float, roots: list[str]
         if not service.ready:
             raise ApiError(503, "the service can't reload now (not running)")
         errors = do_reload()
+        if inspect.isawaitable(errors):
+            errors = await errors
         if errors:
             return JSONResponse({"status": "error", "errors": list(errors)}, status_code=400)
         return {"status": "ok", "errors": []}
 
     @api.post("/dry-run", response_model=m.DryRunOut, response_model_exclude_none=True)
-    async def dry_run(body: m.DryRunIn) -> dict[str, Any]:
+    async def dry_run(body: m.DryRunIn) -> Response:
         """Replay samples through the given rules; the transitions and the notifications the route
-        would have produced. Nothing is sent; no notifier is built."""
-        source = None
+        would have produced. Nothing is sent; no notifier is built. Each dry run has a process of its
+        own, killed at the time limit (504); while the most allowed at once run, 429 with Retry-After."""
+        if body.source is not None and not dry_runs.roots:
+            raise ApiError(403, "source dry-runs are disabled: the server allows no directory")
+        job = body.model_dump(include={"rules", "samples", "source", "until"})
         try:
-            if body.source is not None:
-                source = (body.source.type, resolve_under(body.source.path, roots))
-            job = DryRunJob(body.rules, body.samples, source, body.until)
-            return await asyncio.wait_for(asyncio.to_thread(job.run), timeout)
-        except DryRunError as exc:
-            raise ApiError(exc.status, *exc.errors) from None
-        except TimeoutError:
-            job.cancel.set()  # The worker stops at its next check, in the background.
-            raise ApiError(504, f"the dry run took longer than {timeout:g}s") from None
+            answer = await dry_runs.run(job)
+        except DryRunFailed as exc:
+            raise ApiError(exc.status, *exc.errors, headers=exc.headers) from None
+        return Response(answer, media_type="application/json")
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -391,7 +484,7 @@ class _Server(uvicorn.Server):
         yield
 
 
-def bind(listen: str) -> socket.socket:
+def bind(listen: str, backlog: int = 128) -> socket.socket:
     """A listening TCP socket on `listen` (IPv4 or IPv6); raises OSError naming the address."""
     host, port = parse_listen(listen)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -399,7 +492,7 @@ def bind(listen: str) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(128)
+        sock.listen(backlog)
     except OSError as exc:
         sock.close()
         raise OSError(exc.errno, f"can't listen on {listen}: {exc.strerror or exc}") from None
@@ -407,22 +500,46 @@ def bind(listen: str) -> socket.socket:
     return sock
 
 
-async def serve_api(service: Any, listen: str, **kw: Any) -> None:
+async def serve_api(service: Any, listen: str, *, max_connections: int | None = None, **kw: Any) -> None:
     """Serve `create_app(service, **kw)` on `listen` in the running event loop until cancelled.
 
     The address is bound before this returns control (an OSError says it can't be); `kw` are the
-    options of `create_app`.
+    options of `create_app`. At most `max_connections` are open at once (default: from the limit on
+    open files, `api_server.connection_limit`). When cancelled, the dry-run workers are killed, the
+    answers under way get `SHUTDOWN_GRACE` seconds, then every connection is dropped.
     """
-    sock = bind(listen)
-    config = uvicorn.Config(create_app(service, **kw), log_level="warning", lifespan="off")
+    guard = Connections(max_connections or connection_limit())
+    backlog = min(128, guard.limit)  # asyncio accepts up to `backlog` connections in one go
+    sock = bind(listen, backlog)
+    app = create_app(service, **kw)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        lifespan="off",
+        http=protocol_factory(guard),  # type: ignore[arg-type]
+        backlog=backlog,
+        timeout_graceful_shutdown=int(SHUTDOWN_GRACE),
+    )
     server = _Server(config)
+    accept_errors = AcceptErrors()
+    asyncio_log = logging.getLogger("asyncio")
+    asyncio_log.addFilter(accept_errors)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     try:
         await asyncio.shield(task)
     except asyncio.CancelledError:
         server.should_exit = True
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await task
+        app.state.dry_runs.close()
+        with contextlib.suppress(Exception, asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(asyncio.shield(task), SHUTDOWN_GRACE + 1)
+        guard.close_all()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await task
         raise
     finally:
+        app.state.dry_runs.close()
         sock.close()
+        asyncio_log.removeFilter(accept_errors)
+        accept_errors.flush(asyncio_log)

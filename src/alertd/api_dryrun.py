@@ -2,7 +2,8 @@
 
 Nothing here sends or kills: no notifier object is ever built; the notifications are what the
 rules' route would have produced (`plan` over the transitions, in time order, from a fresh state).
-Everything runs in one worker thread; `cancel` stops it between samples and between transitions.
+It runs in a worker process of its own (`alertd.dryrun_worker`), which the service kills at the
+request's time limit.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import glob
 import json
 import math
 import os
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -47,19 +47,14 @@ class DryRunError(Exception):
         self.errors = errors
 
 
-class Cancelled(Exception):
-    """The request timed out; the worker stops."""
-
-
 @dataclass
 class DryRunJob:
-    """One dry run's inputs; `run()` is called in a worker thread."""
+    """One dry run's inputs; `run()` is called in a worker process."""
 
     rules: str | dict[str, Any]
     samples: list[dict[str, Any]]
     source: tuple[str, str] | None = None
     until: float | str | None = None
-    cancel: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> dict[str, Any]:
         """The transitions and would-be notifications, as the JSON response."""
@@ -68,26 +63,17 @@ class DryRunJob:
         samples = self._inline()
         if self.source is not None:
             samples += self._from_source(*self.source)
-        transitions: list[Transition] = []
-        for t in replay(RuleSet(config.rules), samples, config.buffer, until, config.stall_after):
-            self._check()
-            transitions.append(t)
-        notes = would_send(config, transitions, until, self._check)
+        transitions = list(replay(RuleSet(config.rules), samples, config.buffer, until, config.stall_after))
+        notes = would_send(config, transitions, until)
         return {
             "samples": len(samples),
             "transitions": [transition_json(t) for t in transitions],
             "notifications": [notification_json(n) for n in notes],
         }
 
-    def _check(self) -> None:
-        if self.cancel.is_set():
-            raise Cancelled
-
     def _inline(self) -> list[Sample]:
         out, errors = [], []
         for i, item in enumerate(self.samples):
-            if i % 1000 == 0:
-                self._check()
             try:
                 out.append(_checked(parse_sample(json.dumps(item))))
             except (SampleLineError, ValueError) as exc:
@@ -112,9 +98,7 @@ class DryRunJob:
     def _read_file(self, path: str) -> list[Sample]:
         out: list[Sample] = []
         try:
-            for n, item in enumerate(read_samples(path, "dry-run")):
-                if n % 1000 == 0:
-                    self._check()
+            for item in read_samples(path, "dry-run"):
                 if isinstance(item, Sample):
                     out.append(_checked(item))
         except OSError as exc:
@@ -188,9 +172,7 @@ def resolve_under(path: str, roots: Sequence[str]) -> str:
     raise DryRunError(403, ["the path is outside the allowed directories"])
 
 
-def would_send(
-    config: Config, transitions: Sequence[Transition], until: float | None, check: Any = None
-) -> list[Notification]:
+def would_send(config: Config, transitions: Sequence[Transition], until: float | None) -> list[Notification]:
     """The notifications the route would have sent: `plan` at each transition's time, then the group
     timers due up to `until`, or else up to the last transition plus the longest `group_wait` or
     `group_interval` of the routes (so every change is flushed once; later repeats are not shown)."""
@@ -202,8 +184,6 @@ def would_send(
         while next_run is not None and next_run < at:
             state, next_run = _step(state, (), route, inhibit, next_run, out)
         state, next_run = _step(state, batch, route, inhibit, at, out)
-        if check is not None:
-            check()
     if transitions:
         horizon = until if until is not None else transitions[-1].time + _longest_wait(route)
         for _ in range(MAX_FLUSHES):

@@ -35,7 +35,7 @@ class Status(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    """Every error the API itself reports: 400, 401, 403, 404, 409, 413, 503, 504."""
+    """Every error the API itself reports: 400, 401, 403, 404, 408, 409, 413, 429, 500, 503, 504."""
 
     status: Literal["error"] = "error"
     errors: list[str]
@@ -51,8 +51,8 @@ class AlertOut(BaseModel):
     severity: str
     value: Value
     step: int | None
-    time: str
-    activeAt: str
+    time: str | None
+    activeAt: str | None
     firedAt: str | None
     fingerprint: str
     silenced: bool
@@ -147,9 +147,9 @@ class SeriesList(BaseModel):
 
 
 class SampleOut(BaseModel):
-    """One buffered sample."""
+    """One buffered sample (`time` null where the source gave one RFC 3339 can't write)."""
 
-    time: str
+    time: str | None
     step: int | None
     value: Value
 
@@ -295,6 +295,32 @@ def silence_json(s: Silence, now: float) -> dict[str, Any]:
         "comment": s.comment,
         "status": {"state": s.state(now)},
     }
+
+
+def parse_instant(name: str, text: str) -> float:
+    """A query parameter's instant: epoch seconds or RFC 3339 (UTC without an offset), between 1970 and 9999.
+    Raise ValueError naming the parameter otherwise."""
+    try:
+        t = float(text)
+    except ValueError:
+        try:
+            dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{name}: expected epoch seconds or an RFC 3339 time, got {text[:100]!r}") from None
+        t = (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+    if not (math.isfinite(t) and 0 <= t <= MAX_TIME):
+        raise ValueError(f"{name}: must be a time between 1970 and 9999, got {text[:100]!r}")
+    return t
+
+
+def time_or_none(t: float | None) -> str | None:
+    """`t` as RFC 3339, or None where there is none or it can't be written so (NaN, infinite, past 9999)."""
+    if t is None or not (math.isfinite(t) and -MAX_TIME <= t <= MAX_TIME):
+        return None
+    try:
+        return format_time(t)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def _epoch(dt: datetime, name: str) -> float:

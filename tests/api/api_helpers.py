@@ -1,11 +1,17 @@
-"""A real Service with the API served by uvicorn on 127.0.0.1, and a receiver that records requests."""
+"""A real Service with the API served by uvicorn on 127.0.0.1, a receiver that records requests, and alertd
+as a real process serving its API."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import os
+import resource
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -153,3 +159,96 @@ class Receiver:
         assert self.server is not None
         self.server.shutdown()
         self.server.server_close()
+
+
+class Served:
+    """`python -m alertd --rules FILE --listen 127.0.0.1:PORT` as a real process, its log in a file; with
+    `nofile`, its limit on open files (RLIMIT_NOFILE) is lowered before it starts."""
+
+    def __init__(self, tmp: Path, rules: str, *, env: dict[str, str] | None = None, nofile: int | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        limits = httpx.Limits(max_connections=50, max_keepalive_connections=0)
+        self.client = httpx.Client(base_url=self.url, limits=limits)
+        """One client for every request of the test (none pays for a new client and its TLS context), a new
+        connection for each (as a health checker opens one: alertd may close idle ones when it has many)."""
+        rules_path = tmp / "served-rules.yaml"
+        rules_path.write_text(rules)
+        self.log_path = tmp / f"alertd-{time.monotonic_ns()}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+
+        def lower_nofile() -> None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+        argv = [sys.executable, "-m", "alertd", "--rules", str(rules_path), "--state-dir", str(tmp / "state")]
+        self.proc = subprocess.Popen(
+            [*argv, "--log-format", "json", "--listen", f"127.0.0.1:{self.port}"],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            preexec_fn=lower_nofile if nofile is not None else None,
+        )
+        self.wait(lambda: self.get("/readyz").status_code == 200, "alertd to be ready", 60)
+
+    def get(self, path: str, timeout: float = 5.0) -> httpx.Response:
+        """GET `path`; a connection that fails gives a response with status 0."""
+        try:
+            return self.client.get(path, timeout=timeout)
+        except httpx.HTTPError as exc:
+            return httpx.Response(0, text=f"{type(exc).__name__}: {exc}")
+
+    def logs(self) -> str:
+        """Everything alertd printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def wait(self, cond: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+        """Poll `cond` until it is truthy; fail with the logs if it never is, or if alertd exits."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = cond()
+            if value:
+                return value
+            if self.proc.poll() is not None:
+                raise AssertionError(f"alertd exited ({self.proc.returncode}) waiting for {what}:\n{self.logs()}")
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}:\n{self.logs()[-5000:]}")
+
+    def workers(self) -> list[int]:
+        """The process ids of alertd's dry-run workers."""
+        out = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError):
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                    ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                    if ppid == self.proc.pid and b"dryrun_worker" in Path(f"/proc/{entry}/cmdline").read_bytes():
+                        out.append(int(entry))
+        return out
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        """Send `sig` and wait for the exit status."""
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(sig)
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._log.close()
+            self.client.close()
+
+    def __enter__(self) -> Served:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
