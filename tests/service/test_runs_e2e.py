@@ -41,7 +41,7 @@ sources: [{{name: tb, type: tensorboard, logdir: "{logdir}", interval: 0.2s}}]
 notifiers:
   hook: {{type: webhook, format: generic, url: "{url}"}}
 route: {{receivers: [hook], group_by: [rule, run], group_wait: 0s, group_interval: 1s}}
-runs: {{stall_after: 8s}}
+runs: {{stall_after: 12s}}
 evaluation_interval: 0.5s
 rules:
   - {{name: run_stalled, metric: run.stalled, condition: "> 0"}}
