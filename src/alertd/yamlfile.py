@@ -3,6 +3,10 @@
 The file is composed into nodes first, so every value keeps its line; environment variables are
 expanded in scalars (never in keys), after parsing, so a value can't change the file's structure.
 `$${` writes a literal `${`.
+
+Bounds, so a hostile file can't hang `alertd check` or a reload: at most MAX_BYTES are read, and the
+document may hold at most MAX_NODES nodes once its aliases are expanded (a 461-byte "billion laughs"
+expands to 387 million), counted on the node graph before anything walks it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ from typing import Any
 import yaml
 
 from alertd.errors import ConfigError, Problem
+
+MAX_BYTES = 1 << 20
+"""The largest rules file read (1 MiB)."""
+MAX_NODES = 100_000
+"""The most YAML nodes a document may hold with its aliases expanded."""
 
 _VAR = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -62,12 +71,14 @@ def load_yaml(path: str, env: Mapping[str, str] | None = None) -> Document:
     env = os.environ if env is None else env
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            text = f.read(MAX_BYTES + 1)
     except OSError as exc:
         raise ConfigError([Problem(path, "", f"can't read the file: {exc.strerror or exc}")]) from exc
     except UnicodeDecodeError as exc:
         where = f"byte {exc.object[exc.start]:#04x} at offset {exc.start}"
         raise ConfigError([Problem(path, "", f"the file is not UTF-8 text ({where})")]) from None
+    if len(text) > MAX_BYTES:
+        raise ConfigError([Problem(path, "", f"the file is larger than {MAX_BYTES // 1024} KiB")])
     return parse_yaml(text, path, env)
 
 
@@ -79,7 +90,8 @@ def parse_yaml(text: str, file: str, env: Mapping[str, str]) -> Document:
         root = loader.get_single_node()
         problems: list[Problem] = []
         if root is not None:
-            _expand(root, loader, env, file, problems, "")
+            _check_size(root, file)
+            _expand(root, loader, env, file, problems, "", set())
         if problems:
             raise ConfigError(problems)
         data = loader.construct_document(root) if root is not None else None
@@ -98,24 +110,62 @@ def parse_yaml(text: str, file: str, env: Mapping[str, str]) -> Document:
     return Document(file, data, root)
 
 
+def _check_size(root: yaml.Node, file: str) -> None:
+    """Refuse a document whose aliases expand it beyond MAX_NODES (each node's expanded size, memoised)."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = _children(node)
+        if not done:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+            continue
+        size = 1 + sum(sizes.get(id(c), 0) for c in children)
+        if size > MAX_NODES:
+            line = node.start_mark.line + 1
+            message = f"the document expands to more than {MAX_NODES} values (aliases of aliases?)"
+            raise ConfigError([Problem(file, "", message, line)])
+        sizes[id(node)] = size
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
 def _expand(
-    node: yaml.Node, loader: yaml.SafeLoader, env: Mapping[str, str], file: str, out: list[Problem], place: str
+    node: yaml.Node,
+    loader: yaml.SafeLoader,
+    env: Mapping[str, str],
+    file: str,
+    out: list[Problem],
+    place: str,
+    seen: set[int],
 ) -> None:
+    if id(node) in seen:  # an alias: expanded where its anchor is
+        return
+    seen.add(id(node))
     if isinstance(node, yaml.ScalarNode):
         if "$" in node.value:
             _expand_scalar(node, loader, env, file, out, place)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _expand(item, loader, env, file, out, f"{place}[{i}]")
+            _expand(item, loader, env, file, out, f"{place}[{i}]", seen)
     elif isinstance(node, yaml.MappingNode):
-        seen: dict[str, int] = {}
+        keys: dict[str, int] = {}
         for k, v in node.value:
             key = str(k.value)
             sub = f"{place}.{key}" if place else key
-            if key in seen:
-                out.append(Problem(file, sub, f"duplicate key (first at line {seen[key]})", k.start_mark.line + 1))
-            seen[key] = k.start_mark.line + 1
-            _expand(v, loader, env, file, out, sub)
+            if key in keys:
+                out.append(Problem(file, sub, f"duplicate key (first at line {keys[key]})", k.start_mark.line + 1))
+            keys[key] = k.start_mark.line + 1
+            _expand(v, loader, env, file, out, sub, seen)
 
 
 def _expand_scalar(
