@@ -9,7 +9,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from service_helpers import Alertd, wait_for
+from service_helpers import Alertd
 
 from alertd.testing.receiver import free_port
 
