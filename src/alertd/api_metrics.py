@@ -30,8 +30,24 @@ class ServiceCollector(Collector):
         samples = GaugeMetricFamily("alertd_buffer_samples", "Samples held in the buffer.")
         samples.add_metric([], engine.buffer.sample_count())
         yield from (evals, series, samples)
+        yield from self._limits(engine.buffer)
         yield from self._alerts()
         yield self._notifications()
+
+    def _limits(self, buffer: Any) -> Iterator[Metric]:
+        per_source = GaugeMetricFamily("alertd_series", "Series held in the buffer, per source.", labels=["source"])
+        for source, n in sorted(buffer.series_by_source().items()):
+            per_source.add_metric([source], n)
+        dropped = CounterMetricFamily(
+            "alertd_series_dropped", "Samples of new series dropped at the series limits.", labels=["source"]
+        )
+        for source, n in sorted(buffer.dropped.items()):
+            dropped.add_metric([source], n)
+        retimed = CounterMetricFamily(
+            "alertd_samples_retimed", "Samples whose own time was unusable, kept at their arrival time."
+        )
+        retimed.add_metric([], buffer.retimed)
+        yield from (per_source, dropped, retimed)
 
     def _sources(self) -> Iterator[Metric]:
         ingested = CounterMetricFamily("alertd_samples_ingested", "Samples read per source.", labels=["source"])

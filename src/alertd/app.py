@@ -338,6 +338,7 @@ class Service:
 
     def ingest(self, samples: list[Sample], now: float) -> None:
         """Append samples and what they say of their runs, evaluate at `now`, hand the transitions on."""
+        samples = self.engine.buffer.fix_times(samples, now)  # unusable times: the arrival clock
         derived = self.engine.runs.observe(samples, now)
         if derived:  # series of their own (or `run.finished` where no source wrote it): order kept
             samples = [*samples, *derived]

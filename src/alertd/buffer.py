@@ -8,6 +8,18 @@ A step that goes backwards means the run resumed from a checkpoint: the samples 
 step are dropped (the new history replaces them) and a `Restart` is returned to the caller, so the
 rules see a continuous history instead of a false spike.
 
+Bounds on what the sources may make of it: at most `max_series` series in all and
+`max_series_per_source` per `source` label (a source's own `max_series` overrides it); beyond them
+the samples of NEW series are dropped (series already held keep updating), counted per source in
+`dropped`, logged once per source, and reported as the series `alertd.series.dropped{source=...}`
+(the total so far) so a rule can alert on it. Series named `alertd.*` (alertd's own) are exempt.
+
+Sample times a rule could not use (NaN, infinite, after the year 9999 as when a writer gives
+milliseconds, or more than `max_future_skew` ahead of the arrival time `now`) are replaced by the
+arrival time, so `for:` and `absent` run on the arrival clock and a NaN value is still seen; without
+an arrival time (a replay) by the series' previous time, or the sample is dropped when it has none.
+Each such series is logged once, with the time it gave.
+
 Positions: every sample has an absolute position in its series (0 for the first sample ever
 appended). Evicting from the front keeps positions; a restart cuts the tail, bumps the series'
 `generation` and records the cut, so a reader that remembers `(generation, position)` can tell
@@ -16,19 +28,31 @@ exactly which samples are new to it.
 
 from __future__ import annotations
 
+import logging
 import math
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from alertd.model import Restart, Sample, SeriesKey
+
+log = logging.getLogger("alertd.buffer")
 
 NO_STEP = -(2**63)
 """The step stored for samples that have none (NVML)."""
 
 FINISHED_METRIC = "run.finished"
 """A sample of this metric with value 1 marks its run (same `source` and `run` labels) as finished."""
+
+DROPPED_METRIC = "alertd.series.dropped"
+"""Per source, how many samples of new series were dropped at the series limits (a running total)."""
+
+MAX_TIME = 253402300799.0
+"""9999-12-31T23:59:59Z: a later sample time is unusable (a writer in milliseconds, or garbage)."""
+
+_WARNED_MAX = 10_000
 
 WRITER_LABELS = frozenset({"pid", "host"})
 """Labels naming the process that wrote a series. A trainer restarted from a checkpoint writes the same
@@ -37,10 +61,20 @@ series under a new pid: the old series is then superseded, not stalled."""
 
 @dataclass(frozen=True, slots=True)
 class BufferLimits:
-    """How much history each series keeps: at most `max_samples`, none older than `max_age` seconds."""
+    """How much history each series keeps (at most `max_samples`, none older than `max_age` seconds), how
+    many series there may be (in all, per source, per named source), how far ahead of the arrival time
+    a sample's time may be."""
 
     max_samples: int = 1024
     max_age: float = 6 * 3600.0
+    max_series: int = 100_000
+    max_series_per_source: int = 20_000
+    source_max_series: Mapping[str, int] = field(default_factory=dict)
+    max_future_skew: float = 300.0
+
+    def series_limit(self, source: str) -> int:
+        """How many series the source `source` may have."""
+        return self.source_max_series.get(source, self.max_series_per_source)
 
 
 class Series:
@@ -142,6 +176,13 @@ class SeriesBuffer:
         self._superseded: dict[SeriesKey, float] = {}
         self.version = 0
         self._changed: dict[SeriesKey, int] = {}
+        self._per_source: Counter[str] = Counter()
+        self._counted = 0
+        self.dropped: Counter[str] = Counter()
+        """Samples of new series dropped at the series limits, by source."""
+        self.retimed = 0
+        """Samples whose own time was unusable and replaced (or, in a replay with nothing to go by, dropped)."""
+        self._retime_warned: set[SeriesKey] = set()
 
     def __len__(self) -> int:
         return len(self._series)
@@ -154,33 +195,111 @@ class SeriesBuffer:
         return self._series.get(key)
 
     def append(self, samples: Iterable[Sample], now: float | None = None) -> list[Restart]:
-        """Add samples (each series' samples in order); evict by the limits; return restarts seen."""
+        """Add samples (each series' samples in order); evict by the limits; return restarts seen.
+
+        `now` is the arrival time (the service's clock); a replay gives none.
+        """
         restarts: list[Restart] = []
         touched: dict[SeriesKey, Series] = {}
         latest = -math.inf
         series_map = self._series
+        limit = MAX_TIME if now is None else min(MAX_TIME, now + self.limits.max_future_skew)
+        dropped: set[str] = set()
         for sample in samples:
             key = sample.series
             series = touched.get(key)
             if series is None:
                 series = series_map.get(key)
                 if series is None:
-                    series = series_map[key] = Series(key)
+                    series = self._new_series(key, dropped)
+                    if series is None:
+                        continue
                     self._note_writer(key, sample.time)
                 touched[key] = series
-            restart = series.append(sample.time, sample.step, sample.value)
+            time = sample.time
+            if not -MAX_TIME < time <= limit:  # NaN fails every comparison
+                fixed = self.retime(key, time, now if now is not None else series.last_time(), arrival=now is not None)
+                if fixed is None:
+                    continue
+                time = fixed
+                sample = sample._replace(time=time)
+            restart = series.append(time, sample.step, sample.value)
             if restart is not None:
                 restarts.append(restart)
             latest = max(latest, sample.time)
             if key.metric == FINISHED_METRIC and sample.value == 1.0:
                 self._note_finished(key, sample.time)
         horizon = now if now is not None else latest
+        for source in dropped:
+            key = SeriesKey(DROPPED_METRIC, (("source", source),))
+            series = touched.get(key) or series_map.get(key) or series_map.setdefault(key, Series(key))
+            if math.isfinite(horizon):
+                series.append(horizon, None, float(self.dropped[source]))
+                touched[key] = series
         self.version += 1
         for key, series in touched.items():
             series.evict(self.limits, horizon)
             self._changed.pop(key, None)  # Re-insert: the dict stays ordered by last change.
             self._changed[key] = self.version
         return restarts
+
+    def _new_series(self, key: SeriesKey, dropped: set[str]) -> Series | None:
+        """A new series, or None (counted, logged once per source) when a series limit is reached."""
+        source = key.label("source") or ""
+        if not key.metric.startswith("alertd."):
+            limit = self.limits.series_limit(source)
+            total = self._counted >= self.limits.max_series
+            if total or self._per_source[source] >= limit:
+                if not self.dropped[source]:
+                    why = f"{self.limits.max_series} in all" if total else f"{limit} for this source"
+                    log.warning(
+                        "source %s: the series limit (%s) is reached; samples of new series are dropped "
+                        "(counted in /metrics as alertd_series_dropped_total and as the series %s)",
+                        source,
+                        why,
+                        DROPPED_METRIC,
+                        extra={"source": source},
+                    )
+                self.dropped[source] += 1
+                dropped.add(source)
+                return None
+            self._per_source[source] += 1
+            self._counted += 1
+        series = self._series[key] = Series(key)
+        return series
+
+    def fix_times(self, samples: list[Sample], now: float) -> list[Sample]:
+        """The samples with each unusable time replaced by the arrival time `now` (see the module
+        docstring), for what reads them before `append` (the run tracker)."""
+        limit = min(MAX_TIME, now + self.limits.max_future_skew)
+        if all(-MAX_TIME < s.time <= limit for s in samples):
+            return samples
+        out = []
+        for s in samples:
+            if not -MAX_TIME < s.time <= limit:
+                self.retime(s.series, s.time, now, arrival=True)
+                s = s._replace(time=now)
+            out.append(s)
+        return out
+
+    def retime(self, key: SeriesKey, time: float, new: float | None, *, arrival: bool) -> float | None:
+        """Count and log (once per series) a sample time replaced by `new` (None: the sample is dropped)."""
+        self.retimed += 1
+        if key not in self._retime_warned and len(self._retime_warned) < _WARNED_MAX:
+            self._retime_warned.add(key)
+            where = "at its arrival time" if arrival else "at its previous sample's time"
+            log.warning(
+                "series %s: sample time %r is unusable (not finite, after 9999, or more than buffer."
+                "max_future_skew ahead of the clock); %s",
+                key,
+                time,
+                f"kept {where}" if new is not None else "dropped (no time to go by)",
+            )
+        return new
+
+    def series_by_source(self) -> dict[str, int]:
+        """How many series each source has (alertd's own not counted)."""
+        return {s: n for s, n in self._per_source.items() if n}
 
     def _note_finished(self, key: SeriesKey, time: float) -> None:
         run = (key.label("source"), key.label("run"))

@@ -206,10 +206,14 @@ class RuleConfig(Strict):
 
 
 class BufferConfig(Strict):
-    """`buffer:`: how much history each series keeps."""
+    """`buffer:`: how much history each series keeps, how many series there may be, how far ahead of
+    the clock a sample's time may be before the arrival time stands in for it."""
 
     max_samples: int = Field(default=1024, ge=2, le=10_000_000)
     max_age: Duration = 6 * 3600.0
+    max_series: int = Field(default=100_000, ge=1)
+    max_series_per_source: int = Field(default=20_000, ge=1)
+    max_future_skew: Duration = Field(default=300.0, ge=0)
 
 
 class RunsConfig(Strict):
@@ -364,7 +368,14 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
         notifiers=notifiers,
         route=root,
         inhibit_rules=tuple(inhibit),
-        buffer=BufferLimits(buffer.max_samples, buffer.max_age),
+        buffer=BufferLimits(
+            buffer.max_samples,
+            buffer.max_age,
+            buffer.max_series,
+            buffer.max_series_per_source,
+            {s.name: s.max_series for s in sources.values() if s.max_series is not None},
+            buffer.max_future_skew,
+        ),
         evaluation_interval=interval,
         rule_configs={name: r for name, (_, _, r) in rules.items()},
         stall_after=runs.stall_after,

@@ -30,3 +30,5 @@ class SourceConfigBase(Strict):
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     interval: Duration = 1.0
+    max_series: int | None = Field(default=None, ge=1)
+    """The most series this source may make (default: `buffer.max_series_per_source`)."""

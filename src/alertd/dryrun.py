@@ -10,8 +10,8 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from alertd.buffer import BufferLimits, SeriesBuffer
-from alertd.model import Restart, Sample, Transition, format_time, format_value
+from alertd.buffer import MAX_TIME, BufferLimits, SeriesBuffer
+from alertd.model import Restart, Sample, SeriesKey, Transition, format_time, format_value
 from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
 from alertd.runs import RunTracker
 
@@ -70,6 +70,20 @@ class Replay:
         return ev
 
 
+def _usable_times(samples: Iterable[Sample], buffer: SeriesBuffer) -> Iterator[Sample]:
+    """The samples, each time no clock can use (NaN, infinite, after 9999) replaced by the previous time
+    of its series in the input; dropped when it has none. Counted and logged once per series."""
+    last: dict[SeriesKey, float] = {}
+    for s in samples:
+        if -MAX_TIME < s.time <= MAX_TIME:
+            last[s.series] = s.time
+            yield s
+            continue
+        time = buffer.retime(s.series, s.time, last.get(s.series), arrival=False)
+        if time is not None:
+            yield s._replace(time=time)
+
+
 def _merged(samples: list[Sample], derived: list[Sample]) -> list[Sample]:
     return sorted(samples + derived, key=lambda s: s.time) if derived else samples
 
@@ -83,7 +97,8 @@ def replay(
 ) -> Iterator[Transition]:
     """Every transition the rules make over `samples` (sorted by time here), in time order."""
     run = Replay(ruleset, limits or BufferLimits(), stall_after=stall_after)
-    ordered = sorted((s for s in samples if until is None or s.time <= until), key=lambda s: s.time)
+    usable = _usable_times(samples, run.buffer)
+    ordered = sorted((s for s in usable if until is None or s.time <= until), key=lambda s: s.time)
     span = run.limits.max_age / 4
     i = 0
     while i < len(ordered):

@@ -31,7 +31,7 @@ class DaemonExecutor(ThreadPoolExecutor):
         self.name = name
         self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._threads = 0
+        self._started = 0
         self._idle = 0
         self._shut = False
 
@@ -43,9 +43,9 @@ class DaemonExecutor(ThreadPoolExecutor):
                 raise RuntimeError("cannot schedule new futures after shutdown")
             if self._idle:
                 self._idle -= 1
-            elif self._threads < self.max_workers:
-                self._threads += 1
-                threading.Thread(target=self._work, name=f"{self.name}-{self._threads}", daemon=True).start()
+            elif self._started < self.max_workers:
+                self._started += 1
+                threading.Thread(target=self._work, name=f"{self.name}-{self._started}", daemon=True).start()
         self._jobs.put((future, lambda: fn(*args, **kwargs)))
         return future
 
@@ -53,8 +53,8 @@ class DaemonExecutor(ThreadPoolExecutor):
         """Take no more jobs; idle threads end. Never waits for a running job, whatever `wait` says."""
         with self._lock:
             self._shut = True
-            threads = self._threads
-        for _ in range(threads):
+            started = self._started
+        for _ in range(started):
             self._jobs.put(_STOP)
 
     def _work(self) -> None:
