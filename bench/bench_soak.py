@@ -5,7 +5,8 @@ Run as `python bench/bench_soak.py` (`SOAK_SECONDS` shortens it). Fifty runs eac
 then finite again), ~40 s apart, each one a firing and a resolved notification (one group per run).
 alertd (`python -m alertd`, text-log source, webhook) is SIGKILLed every minute and started again at
 once. The receiver on 127.0.0.1 answers every third request 503 and is down (all 503) for 10 s out of
-every 40. At the end the runs stop writing and alertd gets a minute to deliver the rest.
+every 40. At the end the runs stop writing, the receiver takes everything, and alertd gets until
+its longest backoff (5 min) to deliver the rest; it stops as soon as all are in.
 
 Printed: notifications due (two per episode), delivered (distinct notifications received, by status
 and alerts), missing, duplicate deliveries of one key (at-least-once: allowed, and what a receiver drops
@@ -16,12 +17,15 @@ at the end.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 from alertd.testing.receiver import Receiver
@@ -52,17 +56,22 @@ class Runs(threading.Thread):
     def __init__(self, logs: Path, until: float) -> None:
         super().__init__(daemon=True)
         self.logs, self.until, self.episodes = logs, until, 0
+        self.written: list[tuple[str, int]] = []
+        """(run, step) of each episode's first NaN."""
 
     def run(self) -> None:
         files = [(self.logs / f"run{i:02d}.log").open("a", buffering=1) for i in range(RUNS)]
         start = time.monotonic()
         step = 0
+        was_nan = [False] * RUNS
         while time.monotonic() < self.until:
             for i, f in enumerate(files):
                 phase = (step + i * 3) % int(EPISODE_EVERY)  # staggered: each run has its own schedule
                 nan = phase in (20, 21) and time.monotonic() + 5 < self.until
-                if phase == 20 and nan:
+                if nan and not was_nan[i]:  # an episode begins (its resolution follows within 5 s)
                     self.episodes += 1
+                    self.written.append((f"run{i:02d}.log", step))
+                was_nan[i] = nan
                 f.write(f"step={step} loss={'nan' if nan else 2.0 - step / 10000}\n")
             step += 1
             time.sleep(max(0.0, start + step - time.monotonic()))
@@ -108,7 +117,7 @@ def main() -> None:
         writers.join()
         due = 2 * writers.episodes
         receiver.recorder.fail_every = 0
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 330  # a row's backoff is capped at 5 minutes
         while len(receiver.recorder.keys_by_content()) < due and time.monotonic() < deadline:
             time.sleep(0.5)
         time.sleep(3)
@@ -117,6 +126,12 @@ def main() -> None:
         status = alertd.wait(30)
         receiver.stop()
         log.close()
+        db = sqlite3.connect(state / "alertd.db")
+        pending = db.execute(
+            "SELECT COUNT(*), MAX(attempts), MAX(next_attempt_at) FROM outbox WHERE status = 'pending'"
+        ).fetchone()
+        failed = db.execute("SELECT COUNT(*) FROM outbox WHERE status = 'failed'").fetchone()[0]
+        db.close()
         rec = receiver.recorder
         by_content = rec.keys_by_content()
         delivered = rec.delivered()
@@ -131,7 +146,22 @@ def main() -> None:
             f"requests {rec.requests()}, duplicate deliveries by key {duplicates}, "
             f"notifications under more than one key {rekeyed}"
         )
+        if pending[0]:
+            print(
+                f"soak: still in the outbox at the end: {pending[0]} pending (up to {pending[1]} attempts, next try "
+                f"in {pending[2] - time.time():.0f} s: exponential backoff, capped at 5 min), {failed} failed"
+            )
         print(f"soak: alertd RSS at start {rss_start:.1f} MiB, at end {rss_end:.1f} MiB")
+        got = Counter(
+            (a["labels"]["run"], a["status"])
+            for b in rec.bodies
+            for a in b["alerts"]  # type: ignore[attr-defined]
+        )
+        want = Counter((run, status) for run, _ in writers.written for status in ("firing", "resolved"))
+        if want - got:
+            print(f"soak: missing (run, status): {sorted((want - got).elements())}; episodes {writers.written[-60:]}")
+            shutil.copy(root / "alertd.log", "/tmp/soak-alertd.log")
+            print("soak: alertd's log is kept in /tmp/soak-alertd.log")
 
 
 if __name__ == "__main__":
