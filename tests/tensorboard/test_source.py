@@ -14,7 +14,7 @@ import pytest
 from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from alertd.sources.tfrecord import frame
+from alertd.sources.tfrecord import frame, masked_crc32c
 
 LOGGER = "alertd.sources.tensorboard"
 
@@ -103,7 +103,8 @@ def test_flipped_data_byte_skips_that_record_reports_once(
         assert [s.step for s in src.read_new()] == [6]
         assert src.read_new() == []
     warnings = [r.getMessage() for r in caplog.records if "corrupt" in r.getMessage()]
-    assert warnings == [f"corrupt record in {path} at byte {starts[3]} (bad data CRC); skipped"]
+    skipped = starts[4] - starts[3]  # the damaged record, all of it
+    assert warnings == [f"corrupt record in {path} at byte {starts[3]} (bad data CRC); skipped {skipped} bytes"]
     assert src.corrupt_records == 1
 
 
@@ -117,7 +118,8 @@ def test_bad_length_crc_resyncs_to_the_next_record(
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert [s.step for s in src.read_new()] == [0, 1, 3, 4, 5]
     warnings = [r.getMessage() for r in caplog.records if "corrupt" in r.getMessage()]
-    assert warnings == [f"corrupt record in {path} at byte {starts[3]} (bad length CRC); skipped"]
+    skipped = starts[4] - starts[3]
+    assert warnings == [f"corrupt record in {path} at byte {starts[3]} (bad length CRC); skipped {skipped} bytes"]
     assert src.corrupt_records == 1
 
 
@@ -225,7 +227,8 @@ def test_cursor_restore_resumes_without_duplicates(tmp_path: Path, kit: SimpleNa
     first = kit.make_source(tmp_path)
     assert len(first.read_new()) == 4
     saved = first.cursor()
-    assert saved == {f"r/{path.name}": path.stat().st_size}
+    size = path.stat().st_size
+    assert saved == {f"r/{path.name}": [size, size, masked_crc32c(path.read_bytes())]}
     with path.open("ab") as f:
         f.write(frame(kit.scalar_event(4, {"loss": 4}).SerializeToString()))
     kit.write_events(tmp_path / "new", [kit.scalar_event(0, {"other": 1})])
@@ -242,7 +245,7 @@ def test_restore_beyond_the_end_rereads_a_replaced_file(
     src.restore({path.name: 10**9})
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert [s.step for s in src.read_new()] == [0]
-    assert any("replaced or truncated" in r.getMessage() for r in caplog.records)
+    assert any("was truncated; reading it again from the start" in r.getMessage() for r in caplog.records)
 
 
 def test_deleted_run_is_dropped_quietly(tmp_path: Path, kit: SimpleNamespace) -> None:

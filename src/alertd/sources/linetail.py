@@ -11,7 +11,8 @@
 - With `bars=True`, a carriage return ends a line too, as a progress bar (tqdm) redraws itself with
   `\\r`: each distinct state of a bar is returned once, an identical redraw is not, and a line that a
   carriage return began (a bar's state) keeps one `\\r` in front so a parser can tell it from a log line.
-- Only regular files are opened, without blocking (a FIFO named like a log is refused and reported).
+- Only regular files are opened, without blocking (`alertd.sources.fileopen.open_regular`: a FIFO named
+  like a log is refused with `NotRegularFile` and reported).
 - A read takes at most `max_read` bytes; `read()` loops until the file is caught up.
 """
 
@@ -23,6 +24,10 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from alertd.sources.fileopen import NotRegularFile as NotRegularFile  # re-exported: textlog catches it
+from alertd.sources.fileopen import not_regular, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +37,6 @@ HEAD = 8192
 """The file's first bytes are remembered to notice a rewrite that left the file at least as long as
 before (a CSV header widened in place, a log truncated and written again)."""
 _SEPARATORS = re.compile(r"(\r|\n)")
-
-
-class NotRegularFile(OSError):
-    """The path is a FIFO, a device, a socket or a directory: never opened for reading."""
 
 
 @dataclass(slots=True)
@@ -58,7 +59,7 @@ class LineTail:
         self.offset = 0
         self.ident: tuple[int, int] | None = None
         self.head = b""
-        self._fd: int | None = None
+        self._file: BinaryIO | None = None
         self._size = -1
         self._mtime = -1
 
@@ -66,9 +67,9 @@ class LineTail:
 
     def close(self) -> None:
         """Release the open file (a later `read()` opens it again)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def cursor(self) -> dict[str, object]:
         """Where reading stands, as JSON-able data."""
@@ -97,13 +98,13 @@ class LineTail:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            if self._fd is None:
+            if self._file is None:
                 raise
             st = None
         if st is not None and not stat.S_ISREG(st.st_mode):
             self.close()
-            raise NotRegularFile(errno.EINVAL, "not a regular file", self.path)
-        if self._fd is not None and (st is None or (st.st_dev, st.st_ino) != self.ident):
+            raise not_regular(self.path, st.st_mode)
+        if self._file is not None and (st is None or (st.st_dev, st.st_ino) != self.ident):
             self._drain(chunk)  # rotated by rename (or deleted): finish the old file
             chunk.retired = self.cursor()
             if st is None:
@@ -111,8 +112,8 @@ class LineTail:
             self.ident, self.offset, self.head = None, 0, b""
             self.splitter.reset()
         assert st is not None
-        if self._fd is None:
-            self._open(st, chunk)
+        if self._file is None:
+            self._open(chunk)
         if st.st_size == self._size and st.st_mtime_ns == self._mtime:
             return chunk
         if st.st_size < self.offset or not self._head_matches():
@@ -139,22 +140,19 @@ class LineTail:
         return self.splitter.cut_lines
 
     def _fd_or_raise(self) -> int:
-        if self._fd is None:
+        if self._file is None:
             raise OSError(errno.EBADF, "file not open", self.path)
-        return self._fd
+        return self._file.fileno()
 
-    def _open(self, st: os.stat_result, chunk: Chunk) -> None:
-        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        fst = os.fstat(fd)
-        if not stat.S_ISREG(fst.st_mode):
-            os.close(fd)
-            raise NotRegularFile(errno.EINVAL, "not a regular file", self.path)
+    def _open(self, chunk: Chunk) -> None:
+        file = open_regular(self.path)
+        fst = os.fstat(file.fileno())
         ident = (fst.st_dev, fst.st_ino)
         if self.ident is not None and ident != self.ident:
             log.info("%s is another file than the one read before; reading it from the start", self.path)
             self.offset, self.head = 0, b""
             chunk.reset = True
-        self._fd, self.ident = fd, ident
+        self._file, self.ident = file, ident
         self._size, self._mtime = -1, -1
 
     def _drain(self, chunk: Chunk) -> None:

@@ -157,7 +157,9 @@ class EventDecoder:
 
     def decode_all(self, payloads: list[bytes], out: list[Sample], starts: list[tuple[int, float]]) -> int:
         """Append the scalars of each event payload to `out`, and (step, wall_time) of each
-        SessionLog.START to `starts`; return how many payloads could not be decoded (skipped)."""
+        SessionLog.START to `starts`; return how many payloads could not be decoded (skipped: malformed
+        protobuf, values that don't fit, nesting too deep). Other errors propagate to the source, which
+        keeps them to the file."""
         bad = 0
         layouts = self._layouts
         tags = self._tags
@@ -204,7 +206,7 @@ class EventDecoder:
                         continue
                     j = -1
                 self._slow(p, out, starts, j, size)
-            except (DecodeError, IndexError, ValueError):
+            except (DecodeError, IndexError, ValueError, RecursionError, struct.error):
                 bad += 1
         return bad
 

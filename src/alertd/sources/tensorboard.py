@@ -23,21 +23,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import TensorBoardConfig
+from alertd.sources.fileopen import NotRegularFile, not_regular, open_regular
 from alertd.sources.gcpause import gc_paused
 from alertd.sources.tbevents import EventDecoder, RunTags, is_event_file, parse_file_name
-from alertd.sources.tfrecord import scan
+from alertd.sources.tfrecord import Corruption, masked_crc32c, scan
 from alertd.writers import WriterClaim
 
 log = logging.getLogger(__name__)
 
 _FULL_RESCAN_POLLS = 60
 _MAX_READ = 64 << 20
+"""Bytes read from a file at once (a record longer than this is read whole: at most `MAX_RECORD`)."""
+_MAX_POLL_READ = 256 << 20
+"""Bytes read from one file in one poll; a longer backlog is read on at the next poll."""
+_HEAD = 4096
+"""The file's first bytes, checked (as a CRC) before each read: a file rewritten in place starts over."""
+_Saved = tuple[int, int, int]
+"""A file's saved position: (offset, length of its remembered head, CRC of that head)."""
 
 
 @dataclass(slots=True)
@@ -51,8 +61,13 @@ class _Tail:
     """One event file: where reading stopped, and how its records become samples."""
 
     __slots__ = (
+        "damage_at",
+        "damage_logged",
+        "damage_reason",
         "decoder",
         "error",
+        "head_crc",
+        "head_len",
         "ident",
         "keys",
         "labels",
@@ -63,10 +78,11 @@ class _Tail:
         "rel",
         "resyncing",
         "run",
+        "sig",
         "wanted",
     )
 
-    def __init__(self, path: str, rel: str, run: str, source: str, tags: RunTags, offset: int) -> None:
+    def __init__(self, path: str, rel: str, run: str, source: str, tags: RunTags, saved: _Saved) -> None:
         self.path = path
         self.rel = rel
         self.run = run
@@ -77,11 +93,27 @@ class _Tail:
         self.labels = make_labels(fields)
         self.keys: dict[str, SeriesKey] = {}
         self.decoder = EventDecoder(tags, self.key_for)
-        self.offset = offset
+        self.ident: tuple[int, int] | None = None
+        self.sig: tuple[int, int, int, int] | None = None
+        self.error = ""
+        self.offset = 0
+        self.head_len = 0
+        self.head_crc = 0
         self.resyncing = False
         self.wanted = 0
-        self.ident: tuple[int, int] | None = None
-        self.error = ""
+        self.damage_at = -1
+        self.damage_reason = ""
+        self.damage_logged = False
+        self.restore(saved)
+
+    def restore(self, saved: _Saved) -> None:
+        """Continue from a saved (offset, head length, head CRC)."""
+        self.offset, self.head_len, self.head_crc = saved
+        self.resyncing, self.wanted, self.damage_at, self.sig = False, 0, -1, None
+
+    def saved(self) -> list[int]:
+        """What `cursor()` keeps of this file: [offset, head length, head CRC]."""
+        return [self.offset, self.head_len, self.head_crc]
 
     def key_for(self, tag: str) -> SeriesKey:
         """The series of `tag` in this file (built once per tag)."""
@@ -90,33 +122,97 @@ class _Tail:
             key = self.keys[tag] = SeriesKey(tag, self.labels)
         return key
 
-    def read(self, st: os.stat_result, out: list[Sample], starts: list[tuple[int, float]]) -> int:
-        """Read the bytes added since the last call; return the number of corrupt records seen."""
-        ident = (st.st_dev, st.st_ino)
-        if (self.ident is not None and ident != self.ident) or st.st_size < self.offset:
-            log.warning("event file %s was replaced or truncated; reading it again from the start", self.path)
-            self.offset, self.resyncing, self.wanted = 0, False, 0
-        self.ident = ident
+    def read(self, out: list[Sample], starts: list[tuple[int, float]]) -> int:
+        """Read the bytes added since the last call; return the number of damaged regions and records seen.
+
+        Samples are appended to `out` chunk by chunk, each chunk together with the offset moving past
+        it, so an exception leaves `out` and the offset in step (the rest is read again next time).
+        """
         corrupt = 0
-        with open(self.path, "rb") as f:
+        with open_regular(self.path) as f:
+            fd = f.fileno()
+            st = os.fstat(fd)
+            ident = (st.st_dev, st.st_ino)
+            if self.ident is not None and ident != self.ident:
+                self._restart("was replaced by another file")
+            elif st.st_size < self.offset:
+                self._restart("was truncated")
+            elif self.head_len and _head_crc(fd, self.head_len) != self.head_crc:
+                self._restart("was rewritten (its first bytes changed)")
+            self.ident = ident
+            caught_up = True
+            budget = _MAX_POLL_READ
             while st.st_size > self.offset:
-                f.seek(self.offset)
-                data = f.read(max(min(st.st_size - self.offset, _MAX_READ), self.wanted))
+                if budget <= 0:
+                    caught_up = False  # the rest at the next poll
+                    break
+                data = os.pread(fd, min(st.st_size - self.offset, max(_MAX_READ, self.wanted)), self.offset)
+                if not data:
+                    break
+                budget -= len(data)
                 res = scan(data, self.resyncing)
-                for c in res.corruptions:
-                    corrupt += 1
-                    log.warning(
-                        "corrupt record in %s at byte %d (%s); skipped",
-                        self.path,
-                        self.offset + c.offset,
-                        c.reason,
-                    )
-                corrupt += self._decode(res.payloads, out, starts, self.offset + res.consumed)
+                corrupt += self._damage(res.corruptions)
+                samples: list[Sample] = []
+                new_starts: list[tuple[int, float]] = []
+                corrupt += self._decode(res.payloads, samples, new_starts, self.offset + res.consumed)
+                out += samples
+                starts += new_starts
                 self.offset += res.consumed
                 self.resyncing, self.wanted = res.resyncing, res.wanted
+                if self.head_len < min(self.offset, _HEAD):
+                    self.head_len = min(self.offset, _HEAD)
+                    self.head_crc = _head_crc(fd, self.head_len)
+                if res.exhausted:
+                    caught_up = False  # the search for the next record goes on at the next poll
+                    break
                 if res.consumed == 0 and not len(data) < res.wanted <= st.st_size - self.offset:
                     break  # an incomplete record, or a region still being searched: wait for more bytes
+        if self.damage_at >= 0 and not self.damage_logged:
+            corrupt += 1
+            self.damage_logged = True
+            log.warning(
+                "corrupt record in %s at byte %d (%s); skipped %d bytes so far, no intact record after it yet",
+                self.path,
+                self.damage_at,
+                self.damage_reason,
+                self.offset - self.damage_at,
+            )
+        self.sig = (st.st_size, st.st_mtime_ns, *ident) if caught_up else None
         return corrupt
+
+    def _restart(self, why: str) -> None:
+        log.warning("event file %s %s; reading it again from the start", self.path, why)
+        self.restore((0, 0, 0))
+
+    def _damage(self, corruptions: list[Corruption]) -> int:
+        """Log each damaged region once (where, why, bytes skipped); return how many were new."""
+        new = 0
+        for c in corruptions:
+            if not c.continued or self.damage_at < 0:
+                self.damage_at = self.offset + c.offset
+                self.damage_reason = c.reason or "damaged data"
+                self.damage_logged = False
+            if c.skipped is None:
+                continue
+            skipped = self.offset + c.offset + c.skipped - self.damage_at
+            if not self.damage_logged:
+                new += 1
+                log.warning(
+                    "corrupt record in %s at byte %d (%s); skipped %d bytes",
+                    self.path,
+                    self.damage_at,
+                    self.damage_reason,
+                    skipped,
+                )
+            else:
+                log.info(
+                    "event file %s: an intact record again at byte %d, after %d damaged bytes",
+                    self.path,
+                    self.damage_at + skipped,
+                    skipped,
+                )
+            self.damage_at = -1
+        return new
 
     def _decode(self, payloads: list[bytes], out: list[Sample], starts: list[tuple[int, float]], stop: int) -> int:
         with gc_paused():
@@ -130,6 +226,11 @@ class _Tail:
                 stop,
             )
         return bad
+
+
+def _head_crc(fd: int, n: int) -> int:
+    """CRC-32C of the first `n` bytes of the open file (0 bytes there when it is shorter)."""
+    return masked_crc32c(os.pread(fd, n, 0))
 
 
 class TensorBoardSource:
@@ -147,7 +248,7 @@ class TensorBoardSource:
         self._tails: dict[str, _Tail] = {}
         self._ordered: list[_Tail] = []
         self._runs: dict[str, RunTags] = {}
-        self._restore: dict[str, int] = {}
+        self._restore: dict[str, _Saved] = {}
         self._polls = 0
         self._unsorted = False
         self._waiting = False
@@ -168,22 +269,46 @@ class TensorBoardSource:
                 return out
             for tail in list(self._ordered):
                 starts: list[tuple[int, float]] = []
-                try:
-                    st = os.stat(tail.path)
-                    if st.st_size != tail.offset or (st.st_dev, st.st_ino) != tail.ident:
-                        self.corrupt_records += tail.read(st, out, starts)
-                except FileNotFoundError:
-                    self._drop(tail)
-                except OSError as e:  # unreadable for now (permissions, I/O error): retried next poll
-                    if tail.error != str(e):
-                        log.warning("cannot read event file %s: %s; retrying at the next poll", tail.path, e)
-                    tail.error = str(e)
-                else:
-                    tail.error = ""
+                self._read_file(tail, out, starts)
                 for step, wall in starts:
                     self.restarts.append((tail.run, step, wall))
                     log.info("run %s: SessionLog.START at step %d (%s)", tail.run, step, tail.name)
             return out
+
+    def _read_file(self, tail: _Tail, out: list[Sample], starts: list[tuple[int, float]]) -> None:
+        """Read one file's new bytes; whatever goes wrong with it is logged (once) and stays with it."""
+        try:
+            st = os.stat(tail.path)
+            if not stat.S_ISREG(st.st_mode):
+                raise not_regular(tail.path, st.st_mode)
+            if (st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino) != tail.sig:
+                self.corrupt_records += tail.read(out, starts)
+        except FileNotFoundError:
+            self._drop(tail)
+            return
+        except NotRegularFile as e:  # a FIFO, socket or device named like an event file: never opened
+            self._fail(tail, f"skipped {e}: not read")
+            return
+        except OSError as e:  # unreadable for now (permissions, I/O error): retried next poll
+            self._fail(tail, f"cannot read event file {tail.path}: {e}; retrying at the next poll")
+            return
+        except Exception as e:  # anything else stays with this file: the other files are read
+            tail.sig = None
+            self._fail(
+                tail,
+                f"error reading event file {tail.path} at byte {tail.offset}: {type(e).__name__}: {e}; "
+                "retrying at the next poll",
+            )
+            return
+        if tail.error:
+            log.info("event file %s is readable again", tail.path)
+            tail.error = ""
+
+    @staticmethod
+    def _fail(tail: _Tail, message: str) -> None:
+        if tail.error != message:
+            log.warning("%s", message)
+            tail.error = message
 
     def writer_claims(self) -> list[WriterClaim]:
         """What the names of the tailed event files claim: (path, run, host, pid) where a name has both.
@@ -198,21 +323,26 @@ class TensorBoardSource:
                     out.append(WriterClaim(self.name, tail.run, tail.path, parsed.host, int(parsed.pid)))
             return out
 
-    def cursor(self) -> dict[str, int]:
-        """Byte offset consumed in each known event file, by path relative to the logdir (`/`)."""
+    def cursor(self) -> dict[str, list[int]]:
+        """Per known event file, by path relative to the logdir (`/`): [byte offset consumed, length of
+        the file's head remembered, CRC-32C of that head]."""
         with self._lock:
-            cur = dict(self._restore)
-            cur.update((rel, tail.offset) for rel, tail in self._tails.items())
+            cur = {rel: list(saved) for rel, saved in self._restore.items()}
+            cur.update((rel, tail.saved()) for rel, tail in self._tails.items())
             return cur
 
-    def restore(self, cursor: dict[str, int]) -> None:
-        """Resume from a `cursor()`: files named there are read from their saved offset."""
+    def restore(self, cursor: dict[str, Any]) -> None:
+        """Resume from a `cursor()`: files named there are read from their saved offset (a file whose
+        head no longer matches is read from its start). An older cursor's bare offsets are accepted."""
         with self._lock:
-            self._restore = {str(k): int(v) for k, v in cursor.items()}
+            self._restore = {}
+            for rel, value in cursor.items():
+                saved = _saved(value)
+                if saved is not None:
+                    self._restore[str(rel)] = saved
             for rel, tail in self._tails.items():
                 if rel in self._restore:
-                    tail.offset = self._restore.pop(rel)
-                    tail.resyncing, tail.wanted = False, 0
+                    tail.restore(self._restore.pop(rel))
 
     # discovery
 
@@ -288,7 +418,7 @@ class TensorBoardSource:
             return
         run = os.path.dirname(rel) or "."
         tags = self._runs.setdefault(run, RunTags())
-        tail = _Tail(path, rel, run, self.name, tags, self._restore.pop(rel, 0))
+        tail = _Tail(path, rel, run, self.name, tags, self._restore.pop(rel, (0, 0, 0)))
         self._tails[rel] = tail
         self._unsorted = True
         log.debug("tailing %s (run %s)", path, run)
@@ -302,3 +432,14 @@ class TensorBoardSource:
         prefix = path + os.sep
         for p in [p for p in self._dirs if p == path or p.startswith(prefix)]:
             del self._dirs[p]
+
+
+def _saved(value: Any) -> _Saved | None:
+    """A cursor entry: an offset (older cursors) or [offset, head length, head CRC]; None if neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return (value, 0, 0) if value >= 0 else None
+    if isinstance(value, list | tuple) and len(value) == 3 and all(type(v) is int and v >= 0 for v in value):
+        return (value[0], value[1], value[2])
+    return None

@@ -5,16 +5,24 @@ A record is `u64le length | u32le masked_crc32c(length bytes) | payload | u32le 
 Policy, applied by `scan`:
 
 - A record whose header or body is not complete yet is "not yet written": scanning stops at its first
-  byte and the caller retries from there once the file has grown.
-- A bad data CRC: the length is trustworthy (its own CRC passed), so that one record is skipped and
-  reported, and scanning goes on with the next record.
-- A bad length CRC: the record boundary is lost. The rest of the bytes are searched, byte by byte, for
-  the next offset that holds a complete record whose length CRC *and* data CRC both pass (a false match
-  needs two 32-bit CRCs to collide); reading resumes there. The skipped region is reported once, at the
-  offset where it began. If no such offset is found yet, the search goes on at the next poll (the
-  caller keeps `resyncing`), without a second report.
-- A header made of zero bytes up to the end of the data is "not yet written" too (a preallocated or
-  not-yet-visible region on network file systems), not corruption: it is waited for.
+  byte and the caller retries from there once the file has grown (`wanted` says how many bytes the
+  record needs). A header made of zero bytes up to the end of the data is "not yet written" too (a
+  preallocated or not-yet-visible region on network file systems), not damage: it is waited for.
+- Damage: a bad length CRC; a length over `MAX_RECORD` (no reader allocates or reads more than that
+  for one record); a bad data CRC (the length may be the damaged part: bytes deleted inside a record
+  make its length run into the next one); or a length, CRC-valid, that runs past the end of the data
+  while a complete intact record starts inside that span (a forged or damaged length: no writer puts a
+  whole record inside one it has not finished). In each case the record boundary is lost, and the
+  bytes from the damaged record's second byte on are searched, offset by offset, for the next place
+  where a complete record starts whose length CRC *and* data CRC both pass (a false match needs two
+  32-bit CRCs to collide); reading resumes there, so the next intact record is never lost.
+- Each damaged region is returned once as a `Corruption`: where it began, why, and how many bytes
+  were skipped. If the search reaches the end of the data first, the region is returned open
+  (`skipped` None) with `resyncing` set; the caller passes `resyncing=True` to the next scan, which
+  goes on searching and returns the rest of that region as `continued`.
+- Bounded work: the search checks at most `RESYNC_CHECKS` candidate offsets per scan (an offset is a
+  candidate only where the length's high bytes allow a length up to `MAX_RECORD`); when they are spent
+  the scan returns with `exhausted` set and the search goes on at the next call.
 """
 
 from __future__ import annotations
@@ -32,8 +40,14 @@ _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _NONZERO = re.compile(rb"[^\x00]")
-MAX_RECORD = 1 << 31
-"""Largest accepted record payload (protobuf's own limit is 2 GiB)."""
+_ZERO_HEADER = bytes(12)
+MAX_RECORD = 64 << 20
+"""Largest record payload accepted (64 MiB; TensorBoard's own records are events of a few bytes to a
+few MiB). A longer length is damage: it is never allocated or read."""
+RESYNC_CHECKS = 1 << 18
+"""Candidate offsets checked (two CRCs each at most) per scan while searching for the next record."""
+# A candidate record start: length bytes 3..7 small enough for a length up to MAX_RECORD.
+_CANDIDATE = re.compile(rb"(?s).{3}[\x00-" + re.escape(bytes([MAX_RECORD >> 24])) + rb"]\x00{4}")
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -50,19 +64,27 @@ def frame(payload: bytes) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Corruption:
-    """A corrupt region found at byte `offset` (relative to the scanned data) and why."""
+    """A damaged region: where it began (relative to the scanned data), why, and the bytes skipped.
+
+    `skipped` is None while the region is still open (no intact record found after it yet).
+    `continued`: the region began before the scanned data (the scan was called with `resyncing`);
+    `offset` is then 0, `reason` empty and `skipped` counts only the bytes of this scan.
+    """
 
     offset: int
     reason: str
+    skipped: int | None = None
+    continued: bool = False
 
 
 @dataclass(slots=True)
 class ScanResult:
-    """What `scan` found: the payloads, how many bytes are done with, and what was corrupt.
+    """What `scan` found: the payloads, how many bytes are done with, and what was damaged.
 
     `consumed` is the offset where the next scan must start; `resyncing` says that a lost record
     boundary is still being searched for there. `wanted` is the number of bytes from `consumed`
-    needed to complete the record that starts there (0 when unknown).
+    needed to complete the record that starts there (0 when unknown). `exhausted`: the search used
+    up its checks before the end of the data (call again, at the next poll).
     """
 
     payloads: list[bytes] = field(default_factory=list)
@@ -70,86 +92,108 @@ class ScanResult:
     resyncing: bool = False
     corruptions: list[Corruption] = field(default_factory=list)
     wanted: int = 0
+    exhausted: bool = False
 
 
-def scan(data: bytes, resyncing: bool = False) -> ScanResult:
+class _Budget:
+    __slots__ = ("left",)
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+
+def scan(data: bytes, resyncing: bool = False, checks: int = RESYNC_CHECKS) -> ScanResult:
     """Split `data` (starting at a record boundary unless `resyncing`) into verified payloads."""
     out = ScanResult()
-    payloads = out.payloads
-    append = payloads.append
+    append = out.payloads.append
+    corruptions = out.corruptions
     crc = _CRC
-    unpack_header = _U64.unpack_from
-    good_headers: dict[bytes, int] = {}
+    unpack_header = _HEADER.unpack_from
     unpack_footer = _FOOTER.unpack_from
+    good_headers: dict[bytes, int] = {}
+    budget = _Budget(checks)
     end = len(data)
     pos = 0
+    region = 0 if resyncing else -1  # where the damaged region being skipped began
+    reason = ""
+    continued = resyncing
     while True:
-        if resyncing:
-            found, pos = _resync(data, pos)
+        if region >= 0:
+            found, pos = _resync(data, pos, budget, complete=False)
             if not found:
+                corruptions.append(Corruption(region, reason, None, continued))
                 out.resyncing = True
+                out.exhausted = budget.left <= 0
                 break
-            resyncing = False
+            corruptions.append(Corruption(region, reason, pos - region, continued))
+            region, continued = -1, False
         if end - pos < 12:
             break
         header = data[pos : pos + 12]
         n = good_headers.get(header, -1)
-        if n < 0 and _header_ok(header):
-            n = good_headers[header] = unpack_header(header)[0]
         if n < 0:
-            if _NONZERO.search(data, pos) is None:
-                break
-            out.corruptions.append(Corruption(pos, "bad length CRC"))
-            resyncing = True
-            pos += 1
-            continue
+            n, hcrc = unpack_header(header)
+            if masked_crc32c(header[:8]) != hcrc:
+                if header == _ZERO_HEADER and _NONZERO.search(data, pos) is None:
+                    break  # zeros up to the end: not written yet
+                region, reason = pos, "bad length CRC"
+                pos += 1
+                continue
+            if n > MAX_RECORD:
+                region, reason = pos, f"length {n} over the {MAX_RECORD}-byte limit"
+                pos += 1
+                continue
+            good_headers[header] = n
         stop = pos + 12 + n
         if stop + 4 > end:
+            if n > 0 and _resync(data, pos + 1, budget, complete=True)[0]:
+                region, reason = pos, f"length {n} runs past an intact record"
+                pos += 1
+                continue
             out.wanted = 16 + n
             break
-        payload = data[pos + 12 : stop]
-        c = crc(payload)
+        c = crc(data[pos + 12 : stop])
         if ((((c >> 15) | (c << 17)) & _U32) + _MASK_DELTA) & _U32 != unpack_footer(data, stop)[0]:
-            out.corruptions.append(Corruption(pos, "bad data CRC"))
-        else:
-            append(payload)
+            region, reason = pos, "bad data CRC"
+            pos += 1
+            continue
+        append(data[pos + 12 : stop])
         pos = stop + 4
     out.consumed = pos
     return out
 
 
-def _header_ok(header: bytes) -> bool:
-    """Whether a 12-byte record header's length CRC is good and its length acceptable."""
-    n, hcrc = _HEADER.unpack(header)
-    return bool(n <= MAX_RECORD and masked_crc32c(header[:8]) == hcrc)
-
-
-def _resync(data: bytes, pos: int) -> tuple[bool, int]:
+def _resync(data: bytes, pos: int, budget: _Budget, complete: bool) -> tuple[bool, int]:
     """Find the next offset >= `pos` that starts a verified record (or may, once more bytes come).
 
-    Returns (True, offset) for a complete record with both CRCs good, or for a header with a good
-    length CRC whose body is not all there yet; (False, offset) where the search must go on later.
+    Returns (True, offset) for a complete record with both CRCs good, or (unless `complete`) for a
+    header with a good length CRC whose body is not all there yet; (False, offset) where the search
+    must go on later (the end of the data, or the budget spent).
     """
     end = len(data)
-    while end - pos >= 12:
-        if data[pos] == 0 and data[pos : pos + 12] == bytes(12):
+    search = _CANDIDATE.search
+    while True:
+        m = search(data, pos)
+        if m is None:
+            return False, max(pos, end - 11)
+        pos = m.start()
+        if end - pos < 12:
+            return False, pos
+        if data[pos : pos + 12] == _ZERO_HEADER:  # a run of zeros: jump to its last 11 bytes
             nz = _NONZERO.search(data, pos)
             if nz is None:
                 return False, max(pos, end - 11)
             pos = max(pos + 1, nz.start() - 11)
             continue
-        if data[pos + 4 : pos + 8] != b"\0\0\0\0":
-            q = data.find(b"\0\0\0\0", pos + 5)
-            if q < 0:
-                return False, max(pos, end - 11)
-            pos = q - 4
-            continue
-        if _header_ok(data[pos : pos + 12]):
-            n = _U64.unpack_from(data, pos)[0]
+        if budget.left <= 0:
+            return False, pos
+        budget.left -= 1
+        n, hcrc = _HEADER.unpack_from(data, pos)
+        if n <= MAX_RECORD and masked_crc32c(data[pos : pos + 8]) == hcrc:
             stop = pos + 12 + n
             if stop + 4 > end:
-                return True, pos
-            if masked_crc32c(data[pos + 12 : stop]) == _FOOTER.unpack_from(data, stop)[0]:
+                if not complete:
+                    return True, pos
+            elif masked_crc32c(data[pos + 12 : stop]) == _FOOTER.unpack_from(data, stop)[0]:
                 return True, pos
         pos += 1
-    return False, pos

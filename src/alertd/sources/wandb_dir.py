@@ -12,7 +12,13 @@ the run's start time), and the exit record `run.exit_code`, one `run.finished` =
 replay it is then `lost` (see `alertd.runs`). Labels: `source`, `run`
 (`entity/project/run_id` when the run record names all three, else the run id; offline runs have
 no entity) and `run_name` (the display name, when set). Damaged chunks or records are skipped, logged
-once as a warning with the file and offset, and counted in `corrupt_records`.
+once as a warning with the file and offset, and counted in `corrupt_records`; so is a record that can't
+be decoded or turned into samples for any reason (a value nested too deeply, say): the records around
+it are read.
+
+What goes wrong with one file stays with it: a file that can't be read (a FIFO or device named like a
+run file is never opened; permissions, I/O errors, anything else) is warned about once per distinct
+error, with its path, and retried at each poll, while every other file is read as usual.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import WandbDirConfig
+from alertd.sources.fileopen import NotRegularFile
 from alertd.sources.wandb_proto import ExitInfo, HistoryRow, ProtoError, RunInfo, StatsRow, decode_record
 from alertd.sources.wandb_records import Corruption, LogReader
 from alertd.sources.wandb_values import flatten_row, system_metric, to_float
@@ -44,12 +51,17 @@ class _RunFile:
     run: RunInfo
     ended: bool = False
     last_time: float | None = None
+    error: str = ""
     keys: dict[tuple[str, tuple[tuple[str, str], ...]], SeriesKey] = field(default_factory=dict)
 
 
 def find_run_files(path: str) -> list[str]:
-    """Every `.wandb` run file under `path` (see the module docstring for the layouts accepted)."""
-    if os.path.isfile(path):
+    """Every `.wandb` run file under `path` (see the module docstring for the layouts accepted).
+
+    Anything but a directory is listed (a FIFO named like a run file too: the reader refuses it, and
+    the source says so once).
+    """
+    if os.path.exists(path) and not os.path.isdir(path):
         return [path]
     dirs = [path, *(os.path.join(path, d) for d in ("wandb", ".wandb"))]
     found: set[str] = set(glob.glob(os.path.join(glob.escape(path), "run-*.wandb")))
@@ -57,7 +69,7 @@ def find_run_files(path: str) -> list[str]:
         base = glob.escape(d)
         for pattern in ("run-*/run-*.wandb", "offline-run-*/run-*.wandb"):
             found.update(glob.glob(os.path.join(base, pattern)))
-    return sorted(p for p in found if os.path.isfile(p))
+    return sorted(p for p in found if not os.path.isdir(p))
 
 
 class WandbDirSource:
@@ -87,12 +99,31 @@ class WandbDirSource:
             state = self._files.get(path)
             if state is None:
                 state = self._files[path] = _RunFile(LogReader(path), RunInfo(run_id=_run_id(path)))
-            records, problems = state.reader.read()
+            try:
+                records, problems = state.reader.read()
+            except NotRegularFile as exc:
+                self._fail(state, f"skipped {exc}: not read")
+                continue
+            except OSError as exc:
+                self._fail(state, f"cannot read {path}: {exc}; retrying at the next poll")
+                continue
+            except Exception as exc:  # anything else stays with this file: the other files are read
+                where = f"{path} at offset {state.reader.offset}"
+                self._fail(state, f"error reading {where}: {type(exc).__name__}: {exc}; retrying at the next poll")
+                continue
+            if state.error:
+                log.info("wandb_dir %s: %s is readable again", self.name, path)
+                state.error = ""
             for problem in problems:
                 self._report(path, problem)
             for offset, payload in records:
                 self._decode(path, state, offset, payload, out)
         return out
+
+    def _fail(self, state: _RunFile, message: str) -> None:
+        if state.error != message:
+            log.warning("wandb_dir %s: %s", self.name, message)
+            state.error = message
 
     def _report(self, path: str, problem: Corruption) -> None:
         self.corrupt_records += 1
@@ -110,6 +141,18 @@ class WandbDirSource:
         except ProtoError as exc:
             self._report(path, Corruption(offset, f"bad record: {exc}"))
             return
+        except Exception as exc:  # one record's trouble is that record's: skipped, the next ones are read
+            self._report(path, Corruption(offset, f"record not decoded: {type(exc).__name__}: {exc}"))
+            return
+        samples: list[Sample] = []
+        try:
+            self._samples(state, record, samples)
+        except Exception as exc:
+            self._report(path, Corruption(offset, f"record not read: {type(exc).__name__}: {exc}"))
+            return
+        out += samples
+
+    def _samples(self, state: _RunFile, record: object, out: list[Sample]) -> None:
         if isinstance(record, HistoryRow):
             self._history(state, record, out)
         elif isinstance(record, StatsRow):

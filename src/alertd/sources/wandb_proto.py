@@ -11,7 +11,8 @@ Field numbers (checked against wandb 0.31.0's descriptors; see shared/reference/
     RunRecord     1 run_id, 2 entity, 3 project, 8 display_name, 17 start_time {1 seconds, 2 nanos}
     RunExitRecord 1 exit_code (int32 varint; negative values arrive as 64-bit two's complement), 2 runtime
 
-Malformed bytes raise `ProtoError`. The `wandb` package is not imported: this module is the decoder.
+Malformed bytes raise `ProtoError`, and so does a JSON value nested too deeply to decode (a
+`RecursionError` is never let out). The `wandb` package is not imported: this module is the decoder.
 """
 
 from __future__ import annotations
@@ -230,5 +231,8 @@ def decode_record(buf: bytes) -> Decoded:
     for num, wt, val in _fields(buf):
         decoder = _DECODERS.get(num)
         if decoder is not None and wt == 2:
-            return decoder(val)
+            try:
+                return decoder(val)
+            except RecursionError:  # a JSON value nested thousands deep: json gives up, the record is bad
+                raise ProtoError("a value nested too deeply to decode") from None
     return None

@@ -12,15 +12,24 @@ Layout (wandb-core `core/pkg/leveldb`, shared/reference/wandb-protocol.md §4):
 stops at a chunk (or a record) that is not all on disk yet, resuming there next time. A chunk with a
 bad checksum, an impossible length or type, or an orphan MIDDLE/LAST is reported as a `Corruption`
 and skipped to the next block, as LevelDB's own reader does; the rest of a record already reported
-is dropped quietly (LevelDB's resync), and reading goes on.
+is dropped quietly (LevelDB's resync), and reading goes on. A record growing past `MAX_RECORD` bytes
+(an endless run of MIDDLE chunks) is reported and dropped the same way, so no read or record is ever
+larger than that.
+
+Only regular files are opened (`alertd.sources.fileopen.open_regular`): a FIFO or device raises
+`NotRegularFile`, as other errors of `stat` or `open` (but a missing file: no records) raise `OSError`,
+for the caller to report.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass
+
+from alertd.sources.fileopen import not_regular, open_regular
 
 BLOCK_SIZE = 32 * 1024
 CHUNK_HEADER = 7
@@ -28,6 +37,8 @@ FILE_HEADER = struct.pack("<4sHB", b":W&B", 0xBEE1, 0)
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 _CHUNK = struct.Struct("<IHB")
 _PIECE = 8 << 20
+MAX_RECORD = 64 << 20
+"""Largest record accepted (bytes of its chunks' payloads); W&B's records are far smaller."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,17 +66,19 @@ class LogReader:
         if self.bad_header:
             return records, problems
         try:
-            size = os.path.getsize(self.path)
-        except OSError:
+            st = os.stat(self.path)
+        except FileNotFoundError:
             return records, problems
-        if size < self._seen_size:  # the file was replaced by a shorter one: start again
-            self.offset = 0
-        self._seen_size = size
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(self.path, st.st_mode)
         piece = _PIECE
-        with open(self.path, "rb") as f:
+        with open_regular(self.path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < self._seen_size:  # the file was replaced by a shorter one: start again
+                self.offset = 0
+            self._seen_size = size
             while self.offset < size:
-                f.seek(self.offset)
-                data = f.read(piece)
+                data = os.pread(f.fileno(), min(piece, size - self.offset), self.offset)
                 before = self.offset
                 self._parse(data, records, problems)
                 if self.bad_header or self.offset >= size:
@@ -73,7 +86,7 @@ class LogReader:
                 if self.offset == before:
                     if len(data) < piece:
                         break  # the rest is not on disk yet
-                    piece *= 2  # one record larger than the piece: read more at once
+                    piece = min(2 * piece, MAX_RECORD + 2 * BLOCK_SIZE)  # one record larger than the piece
         return records, problems
 
     def _check_header(self, data: bytes, problems: list[Corruption]) -> bool:
@@ -147,6 +160,10 @@ class LogReader:
                     problems.append(Corruption(chunk_at, "chunk continues a record that never started"))
             elif kind == MIDDLE:
                 partial.append(payload)
+                if pos - partial_start > MAX_RECORD:
+                    problems.append(Corruption(partial_start, f"record longer than {MAX_RECORD} bytes"))
+                    self._resyncing = True  # its further chunks are dropped quietly
+                    partial, partial_start = [], -1
             else:
                 records.append((partial_start, b"".join([*partial, payload])))
                 partial, partial_start = [], -1
