@@ -36,6 +36,8 @@ from alertd.yamlfile import parse_yaml
 
 RULES_FILE = "<dry-run rules>"
 MAX_FLUSHES = 10_000
+MAX_WALK = 100_000
+"""Entries of a source's directory looked at for links that lead out of the allowed roots."""
 
 
 class DryRunError(Exception):
@@ -170,6 +172,31 @@ def resolve_under(path: str, roots: Sequence[str]) -> str:
         if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
             return real
     raise DryRunError(403, ["the path is outside the allowed directories"])
+
+
+def refuse_links_out(path: str, roots: Sequence[str], limit: int = MAX_WALK) -> None:
+    """Raise DryRunError 403 if a symbolic link under the directory `path` leads outside `roots`.
+
+    The worker is also confined (`alertd.sources.fileopen.confine`): a source never reads such a file,
+    whatever it meets. This look beforehand is what lets the answer say so, where a source would only
+    log that a file could not be read. At most `limit` entries are looked at.
+    """
+    if not os.path.isdir(path):
+        return
+    real_roots = [os.path.realpath(r) for r in roots]
+    seen = 0
+    for top, dirs, files in os.walk(path):
+        for name in [*dirs, *files]:
+            seen += 1
+            if seen > limit:
+                return
+            entry = os.path.join(top, name)
+            if not os.path.islink(entry):
+                continue
+            real = os.path.realpath(entry)
+            if not any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in real_roots):
+                rel = os.path.relpath(entry, path)
+                raise DryRunError(403, [f"refused: {rel} is a link to outside the allowed directories"])
 
 
 def would_send(config: Config, transitions: Sequence[Transition], until: float | None) -> list[Notification]:

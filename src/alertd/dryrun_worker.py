@@ -253,22 +253,22 @@ def _limit_self(timeout: float, memory: int) -> None:
 
 def work(job: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
     """Do one dry run in this process: `({"status": 200}, the answer's JSON)` or `({"status": ..., "errors":
-    [...]}, b"")`. The answer is what `DryRunOut` makes of it, as the API has always served it."""
-    roots = [str(r) for r in job.get("roots") or []]
-    try:
-        from alertd.sources.fileopen import OutsideRoots, confine
+    [...]}, b"")`. The answer is what `DryRunOut` makes of it, as the API has always served it.
 
-        confine(roots)
-    except ImportError:  # pragma: no cover - alertd.sources.fileopen is not there yet
-        OutsideRoots = PermissionError
-    from alertd.api_dryrun import DryRunError, DryRunJob, resolve_under
+    Before anything is read this process is confined to the roots: every data file a source opens must
+    lie under them once its links are followed (`OutsideRoots` otherwise, answered 403)."""
+    from alertd.api_dryrun import DryRunError, DryRunJob, refuse_links_out, resolve_under
     from alertd.api_models import DryRunOut
+    from alertd.sources.fileopen import OutsideRoots, confine
 
+    roots = [str(r) for r in job.get("roots") or []]
+    confine(roots)
     try:
         source = None
         if job.get("source") is not None:
             kind, path = job["source"]["type"], job["source"]["path"]
             source = (kind, resolve_under(path, roots))
+            refuse_links_out(source[1], roots)
         result = DryRunJob(job["rules"], job.get("samples") or [], source, job.get("until")).run()
         body = DryRunOut.model_validate(result).model_dump_json(exclude_none=True).encode()
         return {"status": 200}, body
