@@ -64,6 +64,7 @@ from pathlib import Path
 
 from alertd.clock import Clock, SystemClock
 from alertd.errors import NotifyError
+from alertd.filekind import file_kind
 from alertd.model import Notification, Transition, TransitionKind, format_time
 from alertd.notify.config import KillConfig
 from alertd.notify.procs import Delivery, ExitSeen, ProcessHandle, Procfs, ProcInfo, refusal
@@ -392,7 +393,7 @@ class KillNotifier:
         except OSError as e:
             raise Refused(f"pidfile {path} can't be read: {e.strerror}") from None
         if not stat.S_ISREG(lst.st_mode):
-            raise Refused(f"pidfile {path} is {_kind(lst.st_mode)}, not a regular file: not read")
+            raise Refused(f"pidfile {path} is {file_kind(lst.st_mode)}, not a regular file: not read")
         if lst.st_size > PIDFILE_MAX:
             raise Refused(f"pidfile {path} is {lst.st_size} bytes: a pidfile holds at most {PIDFILE_MAX}; not read")
         try:
@@ -570,17 +571,3 @@ def _cancelled(sent: list[SentSignal]) -> str:
     if sent:
         return f"escalation cancelled at shutdown after {sent[-1].name}"
     return "escalation cancelled at shutdown before any signal was sent"
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"

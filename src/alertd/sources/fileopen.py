@@ -26,6 +26,8 @@ import stat
 from collections.abc import Sequence
 from typing import BinaryIO
 
+from alertd.filekind import file_kind
+
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _roots: tuple[str, ...] = ()
 
@@ -44,28 +46,9 @@ class OutsideRoots(OSError):
         return str(self.strerror)
 
 
-def kind(mode: int) -> str:
-    """What a file of this `st_mode` is, in words: "a FIFO", "a socket", "a directory" ..."""
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISREG(mode):
-        return "a regular file"
-    return "not a regular file"
-
-
 def not_regular(path: str, mode: int) -> NotRegularFile:
     """The error for `path`, which is not a regular file (its `st_mode` says what it is)."""
-    return NotRegularFile(errno.EINVAL, f"{path} is {kind(mode)}, not a regular file", path)
+    return NotRegularFile(errno.EINVAL, f"{path} is {file_kind(mode)}, not a regular file", path)
 
 
 def confine(roots: Sequence[str] | None) -> None:
