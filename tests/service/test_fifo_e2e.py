@@ -10,8 +10,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from service_helpers import Alertd
 
+from alertd.sources.config import SamplesConfig
+from alertd.sources.fileopen import NotRegularFile
+from alertd.sources.mlflow.filestore import read_meta
+from alertd.sources.samples import SamplesSource, read_samples
 from alertd.testing.receiver import free_port
 from alertd.testing.tbwriter import ScalarWriter
 
@@ -49,3 +54,15 @@ def test_a_fifo_named_like_an_event_file_freezes_nothing(tmp_path: Path) -> None
     finally:
         alertd.stop(signal.SIGKILL)
     assert "a FIFO" in alertd.logs()
+
+
+def test_the_samples_and_mlflow_file_readers_refuse_a_fifo_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "samples.jsonl"
+    os.mkfifo(fifo)
+    src = SamplesSource(SamplesConfig(name="s", type="samples", path=str(fifo)))
+    with pytest.raises(NotRegularFile, match="is a FIFO, not a regular file"):
+        src.read_new()
+    with pytest.raises(NotRegularFile):
+        list(read_samples(str(fifo)))
+    with pytest.raises(NotRegularFile):
+        read_meta(str(fifo))

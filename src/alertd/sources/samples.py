@@ -11,6 +11,7 @@ complete.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import math
@@ -21,6 +22,7 @@ from typing import Any
 
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import SamplesConfig
+from alertd.sources.fileopen import open_regular
 
 log = logging.getLogger(__name__)
 _SPECIAL = {"nan": math.nan, "+inf": math.inf, "inf": math.inf, "infinity": math.inf, "+infinity": math.inf}
@@ -84,7 +86,7 @@ def parse_sample(line: str, source: str | None = None) -> Sample:
 
 def read_samples(path: str, source: str | None = None) -> Iterator[Sample | tuple[int, str]]:
     """Every sample of a whole file; a bad line yields (line number, message) instead."""
-    with open(path, encoding="utf-8") as f:
+    with io.TextIOWrapper(open_regular(path), encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if line.strip():
                 try:
@@ -107,7 +109,7 @@ class SamplesSource:
     def read_new(self) -> list[Sample]:
         """The samples of the complete lines added since the last read."""
         try:
-            with open(self.path, "rb") as f:
+            with open_regular(self.path) as f:
                 if os.fstat(f.fileno()).st_size < self.offset:
                     log.warning("samples file %s shrank: reading it again from the start", self.path)
                     self.offset, self.line = 0, 0

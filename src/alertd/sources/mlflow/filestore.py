@@ -48,6 +48,7 @@ import yaml
 from alertd.errors import SourceError
 from alertd.model import Sample
 from alertd.sources.config import MlflowConfig
+from alertd.sources.fileopen import open_regular
 from alertd.sources.linetail import LineTail
 from alertd.sources.mlflow.labels import RunLabels, SeriesKeys
 from alertd.sources.mlflow.values import TERMINAL, ms_to_s, parse_value, status_name
@@ -93,7 +94,7 @@ def parse_line(line: str) -> tuple[int, float, int]:
 
 def read_meta(path: str) -> dict[str, Any]:
     """A `meta.yaml` as a dict (at most MAX_META bytes); ValueError when it is not one."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         data = f.read(MAX_META + 1)
     if len(data) > MAX_META:
         raise ValueError(f"larger than {MAX_META} bytes")
@@ -336,7 +337,7 @@ class FileStoreSource:
     @staticmethod
     def _run_name_tag(run_dir: str) -> str:
         try:
-            with open(os.path.join(run_dir, "tags", "mlflow.runName"), "rb") as f:
+            with open_regular(os.path.join(run_dir, "tags", "mlflow.runName")) as f:
                 return f.read(_MAX_NAME_TAG).decode("utf-8", "replace").strip()
         except OSError:
             return ""
