@@ -5,9 +5,9 @@ them to the buffer and evaluates the rules at once; a tick at the evaluation int
 time-based conditions (`for`, `absent`, `keep_firing_for`). Transitions go to the dispatcher, which
 writes what is due to the outbox, in one transaction with the alert states and the cursors of the
 sources whose samples were evaluated (every evaluation that made a transition, and every SAVE_EVERY
-seconds); a delivery task sends it. A source that fails is retried with
-backoff, logged when its state changes, and visible as the series `alertd.source.up` (1 or 0); a poll
-that does not return within POLL_TIMEOUT counts as failed while it hangs (its thread is left to it).
+seconds); a delivery task sends it. A source that fails is retried with backoff, logged when its
+state changes, and visible as the series `alertd.source.up` (1 or 0); a poll that does not return
+within POLL_TIMEOUT counts as failed while it hangs (its thread is left to it).
 Blocking work runs on daemon threads (`alertd.threads`), so nothing a source does keeps SIGTERM from
 ending the process; rules files are read and checked off the event loop on reload.
 """
@@ -22,7 +22,7 @@ import signal
 import sqlite3
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -181,7 +181,7 @@ class Service:
         self.outbox.commit_plan((), {}, also=self._state_writer())
         self.store.committed()
 
-    def _state_writer(self) -> Any:
+    def _state_writer(self) -> Callable[[sqlite3.Connection], None]:
         self._next_save = self.clock.now() + SAVE_EVERY
         cursors = {n: c for n, c in self._cursors.items() if n in self.sources}
         snap = Snapshot(self.engine.state.tracks, rule_fingerprints(self.engine.ruleset), cursors, self.clock.now())
@@ -633,7 +633,7 @@ async def _main(service: Service, listen: str | None, handle_signals: bool = Tru
     if handle_signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, service.stop)
-        loop.add_signal_handler(signal.SIGHUP, lambda: service.reload_later())
+        loop.add_signal_handler(signal.SIGHUP, service.reload_later)
     api = None
     if listen:
         from alertd.api import serve_api

@@ -53,8 +53,8 @@ class StateStore:
         self.db.executescript(_SCHEMA)
         self._tracks: dict[PairKey, Track] = {}
         self._fps: dict[str, str] = {}
-        self._cursors: dict[str, str] = {}
-        self._pending: tuple[dict[PairKey, Track], dict[str, str], dict[str, str]] | None = None
+        self._cursors: dict[str, tuple[str, str]] = {}
+        self._pending: tuple[dict[PairKey, Track], dict[str, str], dict[str, tuple[str, str]]] | None = None
         self._full = True
         if legacy is not None and legacy.exists():
             self._import(legacy)
@@ -90,7 +90,7 @@ class StateStore:
             db.execute("DELETE FROM cursors")
             old_tracks: dict[PairKey, Track] = {}
             old_fps: dict[str, str] = {}
-            old_cursors: dict[str, str] = {}
+            old_cursors: dict[str, tuple[str, str]] = {}
         else:
             old_tracks, old_fps, old_cursors = self._tracks, self._fps, self._cursors
         gone = [(name, _series_json(key)) for name, key in old_tracks.keys() - kept.keys()]
@@ -101,13 +101,12 @@ class StateStore:
             if old_tracks.get((name, key)) is not tr or old_fps.get(name) != fps[name]
         ]
         db.executemany("INSERT OR REPLACE INTO tracks VALUES (?, ?, ?, ?)", changed)
-        cursors = {name: json.dumps([fp, c]) for name, (fp, c) in snap.cursors.items()}
+        cursors = {name: (fp, json.dumps(c)) for name, (fp, c) in snap.cursors.items()}
         for name in old_cursors.keys() - cursors.keys():
             db.execute("DELETE FROM cursors WHERE source = ?", (name,))
-        for name, text in cursors.items():
-            if old_cursors.get(name) != text:
-                fp, c = snap.cursors[name]
-                db.execute("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)", (name, fp, json.dumps(c)))
+        for name, row in cursors.items():
+            if old_cursors.get(name) != row:
+                db.execute("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)", (name, *row))
         db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?), ('saved_at', ?)", (VERSION, snap.now))
         self._full = False
         self._pending = (kept, fps, cursors)
