@@ -86,6 +86,7 @@ class Dispatcher:
         notes: list[Notification] = []
         muted: list[Suppressed] = []
         updates: dict[LogKey, LogEntry] = {}
+        silences = self.silences.active(now)
         for i, phase in enumerate(phases):
             current = alerts
             if i < len(phases) - 1:
@@ -97,7 +98,7 @@ class Dispatcher:
                 alerts=current,
                 route=self.route,
                 inhibit_rules=self.inhibit_rules,
-                silences=self.silences.active(now),
+                silences=silences,
                 now=now,
             )
             notes += result.notifications
