@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import subprocess
 import time
@@ -36,7 +35,6 @@ def _nan(samples: Path) -> None:
     line = {"metric": "loss", "labels": {"source": "s", "run": "a"}, "time": time.time(), "step": 1, "value": "NaN"}
     with samples.open("a") as f:
         f.write(json.dumps(line) + "\n")
-    assert math.isnan(float(line["value"]))  # type: ignore[arg-type]
 
 
 def _ended(alertd: Alertd, timeout: float = 15.0) -> tuple[int, str]:
