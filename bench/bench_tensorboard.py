@@ -29,7 +29,7 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from alertd.sources.config import TensorBoardConfig
 from alertd.sources.tensorboard import TensorBoardSource
-from alertd.sources.tfrecord import frame
+from alertd.sources.tensorboard.tfrecord import frame
 
 EVENTS = 250_000
 TAGS = ("train/loss", "train/grad_norm", "train/lr", "train/tokens_per_second")

@@ -25,9 +25,9 @@ from fake_wandb import API_KEY, FakeRun, FakeWandb  # noqa: E402
 from wandb_frames import frame, payloads_of  # noqa: E402
 
 from alertd.sources.config import WandbConfig, WandbDirConfig  # noqa: E402
-from alertd.sources.wandb_api import WandbSource  # noqa: E402
-from alertd.sources.wandb_dir import WandbDirSource, find_run_files  # noqa: E402
-from alertd.sources.wandb_proto import decode_record  # noqa: E402
+from alertd.sources.wandb.api import WandbSource  # noqa: E402
+from alertd.sources.wandb.offline import WandbDirSource, find_run_files  # noqa: E402
+from alertd.sources.wandb.proto import decode_record  # noqa: E402
 
 GEN = """
 import sys, math, wandb

@@ -8,7 +8,7 @@ import struct
 from pathlib import Path
 from types import SimpleNamespace
 
-from alertd.sources.tfrecord import frame, masked_crc32c
+from alertd.sources.tensorboard.tfrecord import frame, masked_crc32c
 
 
 def _steps(src: object) -> list[int | None]:

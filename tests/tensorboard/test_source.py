@@ -14,9 +14,9 @@ import pytest
 from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from alertd.sources.tfrecord import frame, masked_crc32c
+from alertd.sources.tensorboard.tfrecord import frame, masked_crc32c
 
-LOGGER = "alertd.sources.tensorboard"
+LOGGER = "alertd.sources.tensorboard.source"
 
 
 def test_reads_all_encodings_with_labels_from_the_file_name(tmp_path: Path, kit: SimpleNamespace) -> None:
@@ -278,7 +278,7 @@ def test_file_version_record_alone_gives_nothing(tmp_path: Path, kit: SimpleName
 def test_backlog_larger_than_one_read_is_read_in_one_poll(
     tmp_path: Path, kit: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import alertd.sources.tensorboard as tb
+    import alertd.sources.tensorboard.source as tb
 
     monkeypatch.setattr(tb, "_MAX_READ", 100)  # our own chunk size, so that records span chunks
     big = {f"tag{i:03d}": float(i) for i in range(40)}  # one record of about 700 bytes

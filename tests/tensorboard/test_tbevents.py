@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
 from alertd.model import Sample, SeriesKey
-from alertd.sources.tbevents import EventDecoder, RunTags, is_event_file, parse_file_name
+from alertd.sources.tensorboard.events import EventDecoder, RunTags, is_event_file, parse_file_name
 
 
 def _decode(payloads: list[bytes]) -> tuple[list[Sample], list[tuple[int, float]], int]:

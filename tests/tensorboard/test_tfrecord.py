@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from alertd.sources.tfrecord import frame, masked_crc32c, scan
+from alertd.sources.tensorboard.tfrecord import frame, masked_crc32c, scan
 
 
 def test_masked_crc_matches_the_reference_vectors() -> None:

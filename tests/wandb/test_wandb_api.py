@@ -14,7 +14,7 @@ from fake_wandb import API_KEY, FakeRun, FakeWandb
 from alertd.errors import SourceError
 from alertd.model import Sample
 from alertd.sources.config import WandbConfig
-from alertd.sources.wandb_api import WandbSource
+from alertd.sources.wandb.api import WandbSource
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z, the fake runs' createdAt
 

@@ -16,9 +16,9 @@ from wandb_frames import BLOCK, frame, payloads_of
 
 from alertd.model import Sample
 from alertd.sources.config import WandbDirConfig
-from alertd.sources.wandb_dir import WandbDirSource, find_run_files
-from alertd.sources.wandb_proto import ExitInfo, HistoryRow, RunInfo, StatsRow, decode_record
-from alertd.sources.wandb_records import LogReader
+from alertd.sources.wandb.offline import WandbDirSource, find_run_files
+from alertd.sources.wandb.proto import ExitInfo, HistoryRow, RunInfo, StatsRow, decode_record
+from alertd.sources.wandb.records import LogReader
 
 HERE = Path(__file__).parent
 

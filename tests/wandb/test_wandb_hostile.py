@@ -10,7 +10,7 @@ from wandb.proto import wandb_internal_pb2 as pb
 from wandb_frames import frame
 
 from alertd.sources.config import WandbDirConfig
-from alertd.sources.wandb_dir import WandbDirSource
+from alertd.sources.wandb.offline import WandbDirSource
 
 
 def _history(step: int, key: str, value_json: str) -> bytes:

@@ -8,8 +8,8 @@ import pytest
 from wandb.proto import wandb_internal_pb2 as pb
 
 from alertd.sources.httpretry import parse_retry_after
-from alertd.sources.wandb_proto import ExitInfo, HistoryRow, ProtoError, RunInfo, decode_record
-from alertd.sources.wandb_values import flatten_row, system_metric
+from alertd.sources.wandb.proto import ExitInfo, HistoryRow, ProtoError, RunInfo, decode_record
+from alertd.sources.wandb.values import flatten_row, system_metric
 
 
 def test_typed_history_values_of_newer_writers() -> None:

@@ -10,8 +10,8 @@ from alertd.sources.config import SourceConfig
 SOURCES: dict[str, str] = {
     "tensorboard": "alertd.sources.tensorboard:TensorBoardSource",
     "nvml": "alertd.sources.nvml:NvmlSource",
-    "wandb": "alertd.sources.wandb_api:WandbSource",
-    "wandb_dir": "alertd.sources.wandb_dir:WandbDirSource",
+    "wandb": "alertd.sources.wandb:WandbSource",
+    "wandb_dir": "alertd.sources.wandb:WandbDirSource",
     "samples": "alertd.sources.samples:SamplesSource",
     "textlog": "alertd.sources.textlog:TextLogSource",
     "csv": "alertd.sources.csvfile:CsvSource",

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from alertd.sources.wandb_values import parse_value_json
+from alertd.sources.wandb.values import parse_value_json
 
 _DOUBLE = struct.Struct("<d")
 

@@ -6,7 +6,7 @@
 - Labels: `source` (the configured name), `run` (the directory of the file relative to the logdir, with
   `/`, `.` for the logdir itself), `host` and `pid` where the file name carries them. The metric is the
   tag; time is the event's `wall_time`; step is the event's step.
-- Framing, corruption and truncated tails: see `alertd.sources.tfrecord`. Each corrupt record or region
+- Framing, corruption and truncated tails: see `alertd.sources.tensorboard.tfrecord`. Each corrupt record or region
   is logged once (file and byte offset) and counted in `corrupt_records`.
 - A `SessionLog.START` event is recorded in `restarts` as (run, step, wall_time) and logged at info.
 - A file whose size drops below the consumed offset, or whose inode changes, was replaced: it is read
@@ -33,8 +33,8 @@ from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import TensorBoardConfig
 from alertd.sources.fileopen import NotRegularFile, not_regular, open_regular
 from alertd.sources.gcpause import gc_paused
-from alertd.sources.tbevents import EventDecoder, RunTags, is_event_file, parse_file_name
-from alertd.sources.tfrecord import Corruption, masked_crc32c, scan
+from alertd.sources.tensorboard.events import EventDecoder, RunTags, is_event_file, parse_file_name
+from alertd.sources.tensorboard.tfrecord import Corruption, masked_crc32c, scan
 from alertd.writers import WriterClaim
 
 log = logging.getLogger(__name__)

@@ -41,8 +41,8 @@ from alertd.errors import SourceError
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import WandbConfig
 from alertd.sources.httpretry import AuthError, Sleep
-from alertd.sources.wandb_http import GraphQLClient
-from alertd.sources.wandb_values import TERMINAL_STATES, crashed_value, flatten_row, system_metric, to_float
+from alertd.sources.wandb.http import GraphQLClient
+from alertd.sources.wandb.values import TERMINAL_STATES, crashed_value, flatten_row, system_metric, to_float
 
 log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.wandb.ai"

@@ -35,9 +35,9 @@ from typing import Any
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import WandbDirConfig
 from alertd.sources.fileopen import NotRegularFile
-from alertd.sources.wandb_proto import ExitInfo, HistoryRow, ProtoError, RunInfo, StatsRow, decode_record
-from alertd.sources.wandb_records import Corruption, LogReader
-from alertd.sources.wandb_values import flatten_row, system_metric, to_float
+from alertd.sources.wandb.proto import ExitInfo, HistoryRow, ProtoError, RunInfo, StatsRow, decode_record
+from alertd.sources.wandb.records import Corruption, LogReader
+from alertd.sources.wandb.values import flatten_row, system_metric, to_float
 
 log = logging.getLogger(__name__)
 _RUN_FILE = re.compile(r"^run-(.+)\.wandb$")
