@@ -51,8 +51,9 @@ from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
 from alertd.runs import RunTracker, Writer
 from alertd.sources.base import Source
 from alertd.sources.config import SourceConfig
-from alertd.sources.registry import build_source
+from alertd.sources.registry import build_source, watch_dirs
 from alertd.sources.tensorboard import TensorBoardSource
+from alertd.sources.watch import FsWatcher, Unavailable, notifications_arrive
 from alertd.threads import DaemonExecutor
 from alertd.writers import WriterClaim, WriterRegistry
 
@@ -69,6 +70,10 @@ that did is committed at once, with what it planned). A crash reads at most this
 plans nothing new: the same transitions give the same idempotency keys."""
 POLL_TIMEOUT = 10.0
 """Seconds beyond its interval a source's poll may take before it counts as failed (it keeps its thread)."""
+WAKE_GAP = 0.005
+"""Seconds between the starts of two reads of one source woken by file-system notifications: a writer
+flushing continuously costs at most 1/WAKE_GAP reads a second, whatever its rate; the first write after a
+quiet moment is read at once."""
 
 
 @dataclass
@@ -128,6 +133,14 @@ class Service:
             raise StateDirError(f"state directory {self.state_dir}: {exc}") from None
         self._cursors: dict[str, tuple[str, Any]] = {}
         self._polls: dict[str, tuple[float, asyncio.Task[list[Sample]]]] = {}
+        self.watcher: FsWatcher | None = None
+        self.watching: dict[str, str] = {}
+        """How each file source learns of changes: "notify", or why it polls."""
+        self._changed: dict[str, frozenset[str] | None] = {}
+        """Per source, what notifications reported since its last read began (None: everything)."""
+        self._waking: set[str] = set()
+        self._last_wake: dict[str, float] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._writer_claims: dict[str, list[WriterClaim]] = {}
         self._reloading = False
         self._next_save = float("-inf")
@@ -247,6 +260,10 @@ class Service:
         self.health.pop(name, None)
         if self.scheduler is not None and self.scheduler.get_job(f"source:{name}"):
             self.scheduler.remove_job(f"source:{name}")
+        self._changed.pop(name, None)
+        self.watching.pop(name, None)
+        if self.watcher is not None:
+            self.watcher.remove(name)
         if source is not None:
             self._close_later(source)
 
@@ -257,6 +274,8 @@ class Service:
         task.add_done_callback(self._closing.discard)
 
     def _schedule_source(self, name: str) -> None:
+        """Poll the source at its interval from now; a file source that can be notified is then watched,
+        and polled only at its `rescan` interval (the safety net)."""
         if self.scheduler is None:
             return
         self.scheduler.add_job(
@@ -270,6 +289,98 @@ class Service:
             id=f"source:{name}",
             next_run_time=datetime.now(UTC),
         )
+        self._spawn(self._watch_source(name), f"watch:{name}")
+
+    async def _watch_source(self, name: str) -> None:
+        cfg = next((s for s in self.config.sources if s.name == name), None)
+        source = self.sources.get(name)
+        mode = getattr(cfg, "watch", None)
+        if cfg is None or source is None or mode is None:
+            return
+        dirs = watch_dirs(cfg, source)
+        why, warn = "", mode == "notify"
+        if mode == "poll":
+            why = "watch: poll"
+        elif not dirs:
+            why = "nothing local to watch"
+        elif self.watcher is None:
+            why, warn = self._watcher_error, True
+        elif mode == "auto":
+            local, kind = await asyncio.to_thread(notifications_arrive, dirs[0].path)
+            if not local:
+                why = f"{kind} file system: changes made elsewhere are not notified"
+        if not why:
+            assert self.watcher is not None
+            try:
+                await asyncio.to_thread(self.watcher.add, name, dirs)
+            except Unavailable as exc:
+                why, warn = str(exc), True
+        if name not in self.sources or self.sources[name] is not source:
+            if not why and self.watcher is not None:
+                self.watcher.remove(name)
+            return
+        if why:
+            self.watching[name] = f"poll ({why})"
+            log.log(
+                logging.WARNING if warn else logging.INFO,
+                "source %s: polling every %gs (%s)",
+                name,
+                source.interval,
+                why,
+                extra={"source": name},
+            )
+            return
+        self.watching[name] = "notify"
+        rescan = float(getattr(cfg, "rescan", 60.0))
+        if self.scheduler is not None and self.scheduler.get_job(f"source:{name}"):
+            self.scheduler.reschedule_job(f"source:{name}", trigger="interval", seconds=rescan)
+        self._on_change(name, None)  # what changed while the watches were being set up
+        log.info(
+            "source %s: reading on file-system notifications (%d directories watched), a full rescan every %gs",
+            name,
+            self.watcher.watched if self.watcher else 0,
+            rescan,
+            extra={"source": name},
+        )
+
+    def _on_change(self, name: str, paths: frozenset[str] | None) -> None:
+        """Notifications for source `name`: remember what changed, and read it now (or when the read under
+        way ends)."""
+        if name not in self.sources:
+            return
+        if paths is None or (name in self._changed and self._changed[name] is None):
+            self._changed[name] = None
+        else:
+            self._changed[name] = (self._changed.get(name) or frozenset()) | paths
+        self._wake_source(name)
+
+    def _wake_source(self, name: str) -> None:
+        health = self.health.get(name)
+        if health is None or name in self._waking or name in self._polls or health.busy:
+            return  # a read is on its way or under way; it looks at `_changed` again when it ends
+        loop = asyncio.get_running_loop()
+        self._waking.add(name)
+        delay = max(
+            self._last_wake.get(name, float("-inf")) + WAKE_GAP - loop.time(), health.retry_at - self.clock.now()
+        )
+        if delay > 0:
+            loop.call_later(delay, self._start_wake, name)
+        else:
+            self._start_wake(name)
+
+    def _start_wake(self, name: str) -> None:
+        self._spawn(self._woken(name), f"wake:{name}")
+
+    async def _woken(self, name: str) -> None:
+        self._waking.discard(name)
+        if name in self.sources and name in self._changed:
+            self._last_wake[name] = asyncio.get_running_loop().time()
+            await self.poll_source(name, woken=True)
+
+    def _spawn(self, coro: Any, what: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=what)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _notifier(self, name: str, cfg: object) -> Notifier:
         if isinstance(cfg, KillConfig):
@@ -298,8 +409,9 @@ class Service:
 
     # -- polling and evaluation ------------------------------------------------------------------
 
-    async def poll_source(self, name: str) -> None:
-        """One scheduled poll of one source, with backoff after failures.
+    async def poll_source(self, name: str, *, woken: bool = False) -> None:
+        """One poll of one source, with backoff after failures: scheduled (everything the source reads),
+        or `woken` by notifications (only what they reported, where the source can read just that).
 
         The poll runs as a task of its own: one that has not returned POLL_TIMEOUT after its interval
         counts as a failure (`alertd.source.up` 0, `source_failing`) and is waited for, not started
@@ -311,8 +423,11 @@ class Service:
             return
         started, task = self._polls.get(name) or (now, None)
         if task is None:
-            task = asyncio.get_running_loop().create_task(_poll(source, now), name=f"poll:{name}")
+            changed = self._changed.pop(name, None)
+            paths = changed if woken else None
+            task = asyncio.get_running_loop().create_task(_poll(source, now, paths), name=f"poll:{name}")
             self._polls[name] = (now, task)
+            health.polls += 1
         health.busy = True
         try:
             limit = source.interval + POLL_TIMEOUT
@@ -335,6 +450,8 @@ class Service:
             await self.check_writers(now, only_new=True)
         up = Sample(SeriesKey(SOURCE_UP, make_labels({"source": name})), now, None, 0.0 if health.failures else 1.0)
         self.ingest([*samples, up], now)
+        if name in self._changed:
+            self._wake_source(name)
 
     def ingest(self, samples: list[Sample], now: float) -> None:
         """Append samples and what they say of their runs, evaluate at `now`, hand the transitions on."""
@@ -466,18 +583,9 @@ class Service:
         """Run until stop() is called."""
         self.open()
         scheduler = self.scheduler = AsyncIOScheduler()
-        for name, source in self.sources.items():
-            scheduler.add_job(
-                self.poll_source,
-                "interval",
-                args=[name],
-                seconds=source.interval,
-                max_instances=1,
-                coalesce=True,
-                misfire_grace_time=None,
-                id=f"source:{name}",
-                next_run_time=datetime.now(UTC),
-            )
+        self._start_watcher()
+        for name in self.sources:
+            self._schedule_source(name)
         scheduler.add_job(
             self.tick,
             "interval",
@@ -495,6 +603,8 @@ class Service:
                 scheduler.add_job(self._resend, "interval", args=[name], seconds=every, id=f"resend:{name}")
         scheduler.start()
         deliveries = asyncio.create_task(self._deliveries(), name="deliveries")
+        if self.watcher is not None:
+            self._spawn(self._watch_events(), "watcher")
         self.ready = True
         log.info(
             "alertd started",
@@ -504,6 +614,22 @@ class Service:
             await self._stop.wait()
         finally:
             await self._shutdown(deliveries)
+
+    def _start_watcher(self) -> None:
+        self._watcher_error = ""
+        try:
+            self.watcher = FsWatcher(self._on_change)
+        except Unavailable as exc:
+            self._watcher_error = str(exc)
+
+    async def _watch_events(self) -> None:
+        assert self.watcher is not None
+        try:
+            await self.watcher.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the sources still poll at their rescan interval; say so, loudly
+            log.exception("file-system notifications failed; the watched sources are read at their rescans only")
 
     async def _housekeeping(self) -> None:
         now = self.clock.now()
@@ -562,6 +688,10 @@ class Service:
             await asyncio.wait_for(deliveries, 5)
         except (TimeoutError, asyncio.CancelledError):
             deliveries.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        if self.watcher is not None:
+            self.watcher.close()
         for source in self.sources.values():
             await _quietly(source.aclose())
         for notifier in self.notifiers.values():
@@ -579,7 +709,10 @@ class Service:
         self.outbox.close()
 
 
-async def _poll(source: Source, now: float) -> list[Sample]:
+async def _poll(source: Source, now: float, paths: frozenset[str] | None = None) -> list[Sample]:
+    poll_changed = getattr(source, "poll_changed", None) if paths is not None else None
+    if poll_changed is not None:
+        return list(await poll_changed(now, paths))
     return list(await source.poll(now))
 
 

@@ -27,6 +27,8 @@ class SourceHealth:
     last_error: str | None = None
     samples: int = 0
     errors: int = 0
+    polls: int = 0
+    """Reads started: scheduled polls and wake-ups by file-system notifications."""
     lag: float | None = None
     busy: bool = False
 

@@ -10,7 +10,21 @@ from alertd.config_types import Duration, SourceConfigBase, Strict
 from alertd.userregex import compile_user_regex
 
 
-class TensorBoardConfig(SourceConfigBase):
+class FileSourceConfig(SourceConfigBase):
+    """Keys of the sources that read local files: how they learn that a file changed.
+
+    `watch: notify` reads a file the moment the kernel reports a write (inotify) and lists a directory
+    the moment an entry appears in it, with a full rescan every `rescan` as a safety net; `poll` stats
+    every file each `interval` (for NFS, CIFS, FUSE and other mounts where notifications do not arrive);
+    `auto` (the default) notifies where the file system delivers notifications and polls elsewhere.
+    """
+
+    watch: Literal["auto", "notify", "poll"] = "auto"
+    rescan: Duration = Field(default=60.0, gt=0)
+    """With notifications, how often every file is looked at anyway (a missed event costs at most this)."""
+
+
+class TensorBoardConfig(FileSourceConfig):
     """Tails every event file under `logdir`, recursively. A logdir not there yet is waited for."""
 
     type: Literal["tensorboard"]
@@ -56,7 +70,7 @@ class WandbConfig(SourceConfigBase):
     """Timeout of one HTTP request."""
 
 
-class WandbDirConfig(SourceConfigBase):
+class WandbDirConfig(FileSourceConfig):
     """Reads local `.wandb` run files (offline or live runs) under `path`."""
 
     type: Literal["wandb_dir"]
@@ -64,7 +78,7 @@ class WandbDirConfig(SourceConfigBase):
     path: str
 
 
-class SamplesConfig(SourceConfigBase):
+class SamplesConfig(FileSourceConfig):
     """Tails a JSON-lines file of samples (`{"metric", "labels", "time", "step", "value"}`)."""
 
     type: Literal["samples"]
@@ -115,7 +129,7 @@ class TextEvent(Strict):
         return value
 
 
-class TextLogConfig(SourceConfigBase):
+class TextLogConfig(FileSourceConfig):
     """Tails plain-text logs (`path`: a file or a glob, `**` too), parsing the shapes trainers print."""
 
     type: Literal["textlog"]
@@ -128,7 +142,7 @@ class TextLogConfig(SourceConfigBase):
     """Recognise tracebacks, CUDA out of memory, NCCL timeouts, `Killed` and `nan detected`."""
 
 
-class CsvConfig(SourceConfigBase):
+class CsvConfig(FileSourceConfig):
     """Tails CSV metric files (`path`: a file or a glob), as Lightning's and LitGPT's CSVLogger write them."""
 
     type: Literal["csv"]
@@ -136,7 +150,7 @@ class CsvConfig(SourceConfigBase):
     step_column: str = "step"
 
 
-class MlflowConfig(SourceConfigBase):
+class MlflowConfig(FileSourceConfig):
     """Reads MLflow runs: a local file store (`mlruns/`) or a tracking server over its REST API.
 
     `tracking_uri` defaults to MLFLOW_TRACKING_URI; the token to MLFLOW_TRACKING_TOKEN, or basic auth

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import glob
 import importlib
+import os
 
 from alertd.sources.base import Source
-from alertd.sources.config import SourceConfig
+from alertd.sources.config import FileSourceConfig, SourceConfig
+from alertd.sources.globs import glob_base
+from alertd.sources.watch import WatchDir
 
 SOURCES: dict[str, str] = {
     "tensorboard": "alertd.sources.tensorboard:TensorBoardSource",
@@ -28,3 +32,24 @@ def build_source(cfg: SourceConfig) -> Source:
     factory = getattr(importlib.import_module(module), cls)
     source: Source = factory(cfg)
     return source
+
+
+def watch_dirs(cfg: SourceConfig, source: Source) -> list[WatchDir]:
+    """The directories whose changes concern a file source (none: it is polled)."""
+    if not isinstance(cfg, FileSourceConfig):
+        return []
+    path = getattr(cfg, "logdir", None) or getattr(cfg, "path", None)
+    if cfg.type in ("tensorboard", "wandb_dir") and path:
+        return [WatchDir(os.path.abspath(path), tree=True)]
+    if cfg.type == "samples" and path:
+        return [WatchDir(os.path.abspath(os.path.dirname(path) or "."), tree=False)]
+    if cfg.type in ("textlog", "csv") and path:
+        if not glob.has_magic(path):
+            return [WatchDir(os.path.abspath(os.path.dirname(path) or "."), tree=False)]
+        base = glob_base(path)
+        tree = glob.has_magic(os.path.dirname(path)) or "**" in path
+        return [WatchDir(os.path.abspath(base), tree=tree)]
+    root = getattr(getattr(source, "backend", None), "root", None)  # mlflow: a file store's directory
+    if cfg.type == "mlflow" and isinstance(root, str):
+        return [WatchDir(os.path.abspath(root), tree=True)]
+    return []

@@ -252,6 +252,8 @@ class TensorBoardSource:
         self._polls = 0
         self._unsorted = False
         self._waiting = False
+        self._fresh: list[_Tail] = []
+        """Files found since a `read_changed` began (it reads them)."""
         self._lock = threading.Lock()
 
     async def poll(self, now: float) -> Sequence[Sample]:
@@ -261,19 +263,85 @@ class TensorBoardSource:
     async def aclose(self) -> None:
         """Nothing to release: files are opened only while they are read."""
 
+    async def poll_changed(self, now: float, paths: frozenset[str]) -> Sequence[Sample]:
+        """The samples written since they were last read to `paths`, the files and directories that
+        file-system notifications reported (see `read_changed`)."""
+        return await asyncio.to_thread(self.read_changed, paths)
+
     def read_new(self) -> list[Sample]:
         """One full poll, synchronously: find new runs and files, then read every file's new bytes."""
         with self._lock:
             out: list[Sample] = []
             if not self._discover():
                 return out
-            for tail in list(self._ordered):
-                starts: list[tuple[int, float]] = []
-                self._read_file(tail, out, starts)
-                for step, wall in starts:
-                    self.restarts.append((tail.run, step, wall))
-                    log.info("run %s: SessionLog.START at step %d (%s)", tail.run, step, tail.name)
+            self._fresh = []
+            self._read_tails(self._ordered, out)
             return out
+
+    def read_changed(self, paths: frozenset[str]) -> list[Sample]:
+        """Read only what `paths` name: event files (their new bytes), directories (listed again for new
+        runs and files, which are read). The cost follows the change, not the number of files; a change
+        to the logdir itself (it appeared, or was replaced) is a full poll."""
+        with self._lock:
+            if self._waiting or self._root not in self._dirs or self._root in paths:
+                out: list[Sample] = []
+                if self._discover():
+                    self._read_tails(self._ordered, out)
+                return out
+            self._fresh = []
+            touched: list[_Tail] = []
+            prefix = self._root + os.sep
+            for path in paths:
+                if not path.startswith(prefix):
+                    continue
+                tail = self._tails.get(path[len(prefix) :].replace(os.sep, "/"))
+                if tail is not None:
+                    touched.append(tail)
+                elif path in self._dirs:
+                    self._relist(path)
+                elif os.path.dirname(path) in self._dirs:
+                    self._found(path)
+            touched += self._fresh
+            self._fresh = []
+            if self._unsorted:
+                self._ordered = sorted(self._tails.values(), key=lambda t: t.order)
+                self._unsorted = False
+            out = []
+            self._read_tails(sorted(set(touched), key=lambda t: t.order), out)
+            return out
+
+    def _read_tails(self, tails: Sequence[_Tail], out: list[Sample]) -> None:
+        for tail in list(tails):
+            starts: list[tuple[int, float]] = []
+            self._read_file(tail, out, starts)
+            for step, wall in starts:
+                self.restarts.append((tail.run, step, wall))
+                log.info("run %s: SessionLog.START at step %d (%s)", tail.run, step, tail.name)
+
+    def _relist(self, path: str) -> None:
+        """A known directory changed: list it again (new files and directories), or forget it if it is gone."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            self._forget_dir(path)
+            return
+        d = self._dirs[path]
+        d.mtime_ns = st.st_mtime_ns
+        self._list(d)
+
+    def _found(self, path: str) -> None:
+        """A new entry in a known directory: an event file, or a directory to list."""
+        if is_event_file(os.path.basename(path)):
+            self._add_file(path)
+            return
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        if stat.S_ISDIR(st.st_mode) and self._add_dir(path, st):
+            d = self._dirs[path]
+            d.mtime_ns = st.st_mtime_ns
+            self._list(d)
 
     def _read_file(self, tail: _Tail, out: list[Sample], starts: list[tuple[int, float]]) -> None:
         """Read one file's new bytes; whatever goes wrong with it is logged (once) and stays with it."""
@@ -381,7 +449,16 @@ class TensorBoardSource:
 
     def _add_dir(self, path: str, st: os.stat_result) -> bool:
         ident = (st.st_dev, st.st_ino)
-        if ident in self._dir_ids and self._dir_ids[ident] in self._dirs:
+        known = self._dir_ids.get(ident)
+        if known is not None and known in self._dirs and known != path:
+            try:
+                again = os.stat(known)
+            except OSError:
+                again = None
+            if again is not None and (again.st_dev, again.st_ino) == ident:
+                return False  # the same directory under another name (a symbolic link): listed once
+            self._forget_dir(known)  # a directory gone, whose inode number a new one got
+        elif known == path and path in self._dirs:
             return False
         self._dir_ids[ident] = path
         self._dirs[path] = _Dir(path)
@@ -420,6 +497,7 @@ class TensorBoardSource:
         tags = self._runs.setdefault(run, RunTags())
         tail = _Tail(path, rel, run, self.name, tags, self._restore.pop(rel, (0, 0, 0)))
         self._tails[rel] = tail
+        self._fresh.append(tail)
         self._unsorted = True
         log.debug("tailing %s (run %s)", path, run)
 
