@@ -23,6 +23,14 @@ Policy, applied by `scan`:
 - Bounded work: the search checks at most `RESYNC_CHECKS` candidate offsets per scan (an offset is a
   candidate only where the length's high bytes allow a length up to `MAX_RECORD`); when they are spent
   the scan returns with `exhausted` set and the search goes on at the next call.
+
+Speed: writers mostly write runs of records of one length (the same tags, steps of as many varint
+bytes), and such records have the same 12 header bytes. After a record, when the next records (and the
+one `_RUN_MIN - 1` further on) start with that record's header, `_run` takes the whole run at once with
+numpy: the headers compared as columns, the payloads cut in one call, their CRCs computed by
+google_crc32c (one C call each: it has no batch API) and compared with the footers as an array. It
+accepts exactly the records that the record-by-record loop would (a header already verified, a complete
+record, a matching data CRC) and hands the first record it does not accept back to that loop.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import struct
 from dataclasses import dataclass, field
 
 import google_crc32c
+import numpy as np
 
 _CRC = google_crc32c.value
 _MASK_DELTA = 0xA282EAD8
@@ -46,6 +55,11 @@ MAX_RECORD = 64 << 20
 few MiB). A longer length is damage: it is never allocated or read."""
 RESYNC_CHECKS = 1 << 18
 """Candidate offsets checked (two CRCs each at most) per scan while searching for the next record."""
+_RUN_MIN = 8
+"""Records of one header in a row from which `_run` takes over (below, the per-record loop is quicker)."""
+_RUN_CHUNK = 1 << 16
+"""Records compared at once by `_run` (bounds the work wasted where a run ends early)."""
+_HEADER_DTYPE = np.dtype([("length", "<u8"), ("crc", "<u4")])
 # A candidate record start: length bytes 3..7 small enough for a length up to MAX_RECORD.
 _CANDIDATE = re.compile(rb"(?s).{3}[\x00-" + re.escape(bytes([MAX_RECORD >> 24])) + rb"]\x00{4}")
 
@@ -159,8 +173,43 @@ def scan(data: bytes, resyncing: bool = False, checks: int = RESYNC_CHECKS) -> S
             continue
         append(data[pos + 12 : stop])
         pos = stop + 4
+        stride = n + 16
+        if n and data.startswith(header, pos) and data.startswith(header, pos + (_RUN_MIN - 1) * stride):
+            pos = _run(data, pos, header, n, out.payloads)
     out.consumed = pos
     return out
+
+
+def _run(data: bytes, pos: int, header: bytes, n: int, payloads: list[bytes]) -> int:
+    """Append the payloads of the intact records from `pos` on whose header is `header` (a verified one,
+    of length `n`); return the offset of the first record not taken."""
+    stride = n + 16
+    length, hcrc = _HEADER.unpack(header)
+    value = _CRC
+    chunk = _RUN_CHUNK
+    while True:
+        rows = min((len(data) - pos) // stride, chunk)
+        if rows <= 0:
+            return pos
+        heads = np.ndarray((rows,), _HEADER_DTYPE, data, pos, (stride,))
+        same = (heads["length"] == length) & (heads["crc"] == hcrc)
+        k = rows if same.all() else int(same.argmin())
+        if k == 0:
+            return pos
+        got = np.ndarray((k,), f"V{n}", data, pos + 12, (stride,)).tolist()
+        crcs = np.fromiter(map(value, got), np.uint32, k)
+        masked = ((crcs >> 15) | (crcs << 17)) + np.uint32(_MASK_DELTA)
+        good = masked == np.ndarray((k,), "<u4", data, pos + 12 + n, (stride,))
+        if not good.all():
+            k = int(good.argmin())
+            del got[k:]
+            payloads += got
+            return pos + k * stride
+        payloads += got
+        pos += k * stride
+        if k < rows:
+            return pos
+        chunk = rows
 
 
 def _resync(data: bytes, pos: int, budget: _Budget, complete: bool) -> tuple[bool, int]:
