@@ -114,7 +114,7 @@ class Service:
         self.console = console
         self.exec_mode = exec_mode
         self.writer_registry = WriterRegistry()
-        self._claimed: set[str] = set()
+        self._claim_generations: tuple[tuple[str, int], ...] = ()
         self._writers_checked = float("-inf")
         self.clock = clock or SystemClock()
         config = load_config(self.paths)
@@ -516,14 +516,15 @@ class Service:
         On the tick, at most every WRITER_CHECK_EVERY seconds; after a poll (`only_new`), only when the
         poll found files not seen before, so a NaN in a new file finds its writer verified.
         """
-        claims = [
-            c for name, s in self.sources.items() if isinstance(s, TensorBoardSource) for c in self._claims_of(name, s)
-        ]
-        paths = {c.path for c in claims}
-        new = not paths <= self._claimed
-        if not claims or (only_new and not new) or (not new and now - self._writers_checked < WRITER_CHECK_EVERY):
+        sources = [(name, s) for name, s in self.sources.items() if isinstance(s, TensorBoardSource)]
+        generations = tuple((name, s.generation) for name, s in sources)  # files came or went
+        new = generations != self._claim_generations
+        if (only_new and not new) or (not new and now - self._writers_checked < WRITER_CHECK_EVERY):
             return
-        self._claimed, self._writers_checked = paths, now
+        claims = [c for name, s in sources for c in self._claims_of(name, s)]
+        self._claim_generations, self._writers_checked = generations, now
+        if not claims:
+            return
         changes, unverified = await asyncio.to_thread(self._check_writers, claims, now)
         for line in changes:
             log.info("%s", line)

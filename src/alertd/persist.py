@@ -53,8 +53,14 @@ class StateStore:
         self.db.executescript(_SCHEMA)
         self._tracks: dict[PairKey, Track] = {}
         self._fps: dict[str, str] = {}
-        self._cursors: dict[str, tuple[str, str]] = {}
-        self._pending: tuple[dict[PairKey, Track], dict[str, str], dict[str, tuple[str, str]]] | None = None
+        self._cursors: dict[str, tuple[str, str, object]] = {}
+        """Per source, the committed cursor: (config fingerprint, its JSON, the object it was made from)."""
+        self._source: Mapping[PairKey, Track] | None = None
+        """The tracks mapping the last commit was made from."""
+        self._pending: (
+            tuple[dict[PairKey, Track], dict[str, str], dict[str, tuple[str, str, object]], Mapping[PairKey, Track]]
+            | None
+        ) = None
         self._full = True
         if legacy is not None and legacy.exists():
             self._import(legacy)
@@ -73,43 +79,51 @@ class StateStore:
     def committed(self) -> None:
         """The last writer's transaction committed: remember what it wrote."""
         if self._pending is not None:
-            self._tracks, self._fps, self._cursors = self._pending
+            self._tracks, self._fps, self._cursors, self._source = self._pending
             self._pending = None
 
     def failed(self) -> None:
         """The last writer's transaction rolled back: write everything next time."""
         self._pending = None
-        self._tracks, self._fps, self._cursors = {}, {}, {}
+        self._tracks, self._fps, self._cursors, self._source = {}, {}, {}, None
         self._full = True
 
     def _write(self, db: sqlite3.Connection, snap: Snapshot) -> None:
-        kept = {pair: tr for pair, tr in snap.tracks.items() if pair[0] in snap.rule_fps and _worth_keeping(tr)}
         fps = dict(snap.rule_fps)
         if self._full:
             db.execute("DELETE FROM tracks")
             db.execute("DELETE FROM cursors")
             old_tracks: dict[PairKey, Track] = {}
             old_fps: dict[str, str] = {}
-            old_cursors: dict[str, tuple[str, str]] = {}
+            old_cursors: dict[str, tuple[str, str, object]] = {}
         else:
             old_tracks, old_fps, old_cursors = self._tracks, self._fps, self._cursors
-        gone = [(name, _series_json(key)) for name, key in old_tracks.keys() - kept.keys()]
-        db.executemany("DELETE FROM tracks WHERE rule = ? AND series = ?", gone)
-        changed = [
-            (name, fps[name], _series_json(key), json.dumps(_track_data(tr), allow_nan=True))
-            for (name, key), tr in kept.items()
-            if old_tracks.get((name, key)) is not tr or old_fps.get(name) != fps[name]
-        ]
-        db.executemany("INSERT OR REPLACE INTO tracks VALUES (?, ?, ?, ?)", changed)
-        cursors = {name: (fp, json.dumps(c)) for name, (fp, c) in snap.cursors.items()}
+        if not self._full and snap.tracks is self._source and fps == old_fps:
+            kept = old_tracks  # the very tracks of the last commit: nothing to compare, nothing to write
+        else:
+            kept = {pair: tr for pair, tr in snap.tracks.items() if pair[0] in snap.rule_fps and _worth_keeping(tr)}
+            gone = [(name, _series_json(key)) for name, key in old_tracks.keys() - kept.keys()]
+            db.executemany("DELETE FROM tracks WHERE rule = ? AND series = ?", gone)
+            changed = [
+                (name, fps[name], _series_json(key), json.dumps(_track_data(tr), allow_nan=True))
+                for (name, key), tr in kept.items()
+                if old_tracks.get((name, key)) is not tr or old_fps.get(name) != fps[name]
+            ]
+            db.executemany("INSERT OR REPLACE INTO tracks VALUES (?, ?, ?, ?)", changed)
+        cursors: dict[str, tuple[str, str, object]] = {}
+        for name, (fp, c) in snap.cursors.items():
+            old = old_cursors.get(name)
+            # a source hands the same object while its position is unchanged: serialised once
+            cursors[name] = old if old is not None and old[2] is c and old[0] == fp else (fp, json.dumps(c), c)
         for name in old_cursors.keys() - cursors.keys():
             db.execute("DELETE FROM cursors WHERE source = ?", (name,))
         for name, row in cursors.items():
-            if old_cursors.get(name) != row:
-                db.execute("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)", (name, *row))
+            old = old_cursors.get(name)
+            if old is None or old[:2] != row[:2]:
+                db.execute("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)", (name, row[0], row[1]))
         db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?), ('saved_at', ?)", (VERSION, snap.now))
         self._full = False
-        self._pending = (kept, fps, cursors)
+        self._pending = (kept, fps, cursors, snap.tracks)
 
     def load_tracks(self, rule_fps: Mapping[str, str]) -> dict[PairKey, Track]:
         """The stored tracks of rules whose definition is unchanged."""

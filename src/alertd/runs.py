@@ -135,6 +135,9 @@ class RunTracker:
     def __init__(self, stall_after: float = 600.0) -> None:
         self.stall_after = stall_after
         self.runs: dict[tuple[str, str], Run] = {}
+        self._next_tick = -math.inf
+        """No run can stall before this time: `tick` looks at the runs only from then on."""
+        self._tick_stall = stall_after
 
     # inputs
 
@@ -168,6 +171,8 @@ class RunTracker:
                 self._progress(run, s.step, t, out)
                 if now is not None and now - t < self.stall_after:
                     run.live = True
+                if run.live and run.state is RunState.RUNNING:
+                    self._next_tick = min(self._next_tick, run.last_time + self.stall_after)
                 if (metric == HF_SUMMARY or metric.endswith("/" + HF_SUMMARY)) and run.state is not RunState.ENDED:
                     self._end(run, EndReason.FINISHED, t, out, say_finished=True)
         return out
@@ -177,6 +182,8 @@ class RunTracker:
         r = self._run(source, run)
         before = r.writer
         r.writer = writer
+        if before is None or before.alive != writer.alive:
+            self._next_tick = -math.inf  # a run skipped for its dead writer may stall now
         out: list[Sample] = []
         if r.state is RunState.ENDED or writer.alive:
             return out
@@ -213,14 +220,25 @@ class RunTracker:
         return out
 
     def tick(self, now: float) -> list[Sample]:
-        """Runs that stalled by `now` (their writer alive or unknown): their `run.stalled` = 1."""
+        """Runs that stalled by `now` (their writer alive or unknown): their `run.stalled` = 1.
+
+        Looks at every run only when one can have stalled (the cost of an idle tick does not grow with
+        the number of runs)."""
         out: list[Sample] = []
+        if now < self._next_tick and self.stall_after == self._tick_stall:
+            return out
+        next_tick = math.inf
         for r in self.runs.values():
-            if r.live and r.state is RunState.RUNNING and now - r.last_time >= self.stall_after:
+            if not r.live or r.state is not RunState.RUNNING:
+                continue
+            if now - r.last_time >= self.stall_after:
                 if r.writer is not None and not r.writer.alive:
                     continue  # no writer: `writer()` decides how it ended
                 r.state = RunState.STALLED
                 out.append(Sample(SeriesKey(STALLED, r.labels), r.last_time + self.stall_after, r.last_step, 1.0))
+            else:
+                next_tick = min(next_tick, r.last_time + self.stall_after)
+        self._next_tick, self._tick_stall = next_tick, self.stall_after
         return out
 
     def end_of_replay(self) -> list[Sample]:

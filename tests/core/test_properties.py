@@ -53,3 +53,18 @@ def test_one_batch_or_many_give_the_same_transitions(spec, cuts, tail) -> None: 
     chunks = [data[a:b] for a, b in itertools.pairwise(points)]
     assert transitions([data], until) == one_by_one
     assert transitions(chunks, until) == one_by_one
+
+
+@settings(max_examples=100, deadline=None)
+@given(spec=stream, cuts=st.lists(st.integers(0, 60), max_size=6), tail=st.integers(0, 100))
+def test_the_kept_set_of_active_alerts_is_the_tracks_that_are_active(spec, cuts, tail) -> None:  # type: ignore[no-untyped-def]
+    data = build(spec)
+    replay = Replay(RuleSet(RULES), BufferLimits(max_samples=64, max_age=1e6))
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    for a, b in itertools.pairwise(points):
+        replay.feed(data[a:b])
+        state = replay.state
+        assert state.active == {p for p, tr in state.tracks.items() if tr.state.value != "inactive"}
+    replay.advance(data[-1].time + tail)
+    state = replay.state
+    assert state.active == {p for p, tr in state.tracks.items() if tr.state.value != "inactive"}

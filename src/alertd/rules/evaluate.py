@@ -27,14 +27,24 @@ class EvalState:
     timers: Mapping[PairKey, float] = field(default_factory=dict)
     version: int = 0
     rule_names: frozenset[str] = frozenset()
+    active: frozenset[PairKey] | None = None
+    """The pairs whose track is pending or firing (None: not known, look at every track)."""
+
+    def active_pairs(self) -> frozenset[PairKey]:
+        """The pairs whose track is pending or firing."""
+        if self.active is not None:
+            return self.active
+        return frozenset(p for p, tr in self.tracks.items() if tr.state is not AlertState.INACTIVE)
 
     def alerts(self, rules: Iterable[Rule]) -> list[Alert]:
-        """The alerts that are pending or firing, in rule and label order."""
+        """The alerts that are pending or firing, in rule and label order (the cost follows their number)."""
         by_name = {r.name: r for r in rules}
         out = []
-        for (name, key), tr in self.tracks.items():
+        for pair in self.active_pairs():
+            name, key = pair
+            tr = self.tracks.get(pair)
             rule = by_name.get(name)
-            if rule is None or tr.state is AlertState.INACTIVE:
+            if rule is None or tr is None or tr.state is AlertState.INACTIVE:
                 continue
             out.append(
                 Alert(
@@ -95,8 +105,9 @@ class _Run:
     def __init__(self, ruleset: RuleSet, buffer: SeriesBuffer, prev: EvalState) -> None:
         self.ruleset = ruleset
         self.buffer = buffer
-        self.tracks = dict(prev.tracks)
-        self.timers = dict(prev.timers)
+        self.tracks: Mapping[PairKey, Track] = prev.tracks  # copied on the first change (_tracks_w)
+        self.timers: Mapping[PairKey, float] = prev.timers  # copied on the first change (_timers_w)
+        self._own: set[str] = set()
         self.prev = prev
         self.transitions: list[Transition] = []
         self.errors: dict[str, str] = {}
@@ -163,7 +174,7 @@ class _Run:
             if tr.cond or tr.streak >= need:
                 set_condition(rule, tr, tr.streak >= need, t, emit)
         tr.generation, tr.position = series.generation, series.end
-        self.tracks[pair] = tr
+        self._tracks_w()[pair] = tr
         self._settle(rule, pair, tr, finished_at, now)
 
     def finish(self, pair: PairKey, now: float) -> None:
@@ -171,21 +182,37 @@ class _Run:
         rule = self.ruleset.by_name[pair[0]]
         tr = self.tracks[pair]
         if tr is self.prev.tracks.get(pair):
-            tr = self.tracks[pair] = tr.copy()
+            tr = self._tracks_w()[pair] = tr.copy()
         self._rule, self._key = rule, pair[1]
         self._settle(rule, pair, tr, self.buffer.finished_at(pair[1]) if rule.absent else None, now)
 
     def _settle(self, rule: Rule, pair: PairKey, tr: Track, finished_at: float | None, now: float) -> None:
         if rule.absent is None and tr.state is AlertState.INACTIVE:
             if pair in self.timers:
-                del self.timers[pair]
+                del self._timers_w()[pair]
             return
         advance(rule, tr, now, finished_at, self.emit, inclusive=True)
         due = next_event(rule, tr, finished_at)
         if due is None:
-            self.timers.pop(pair, None)
-        else:
-            self.timers[pair] = due
+            if pair in self.timers:
+                del self._timers_w()[pair]
+        elif self.timers.get(pair) != due:
+            self._timers_w()[pair] = due
+
+    def _tracks_w(self) -> dict[PairKey, Track]:
+        """The tracks, to change: a copy of the previous state's, made once (an evaluation that changes no
+        track hands the same mapping on)."""
+        if "tracks" not in self._own:
+            self.tracks = dict(self.tracks)
+            self._own.add("tracks")
+        return self.tracks  # type: ignore[return-value]
+
+    def _timers_w(self) -> dict[PairKey, float]:
+        """The timers, to change (copied once, as the tracks)."""
+        if "timers" not in self._own:
+            self.timers = dict(self.timers)
+            self._own.add("timers")
+        return self.timers  # type: ignore[return-value]
 
 
 def evaluate(ruleset: RuleSet, buffer: SeriesBuffer, now: float, prev: EvalState | None = None) -> Evaluation:
@@ -203,8 +230,9 @@ def evaluate(ruleset: RuleSet, buffer: SeriesBuffer, now: float, prev: EvalState
                 run.errors[rule.name] = f"{type(exc).__name__}: {exc} (series {series.key})"
             touched.add((rule.name, series.key))
     for pair in [p for p, t in run.timers.items() if t <= now and p not in touched]:
+        touched.add(pair)
         if pair[0] not in ruleset.by_name:
-            del run.timers[pair]
+            del run._timers_w()[pair]
             continue
         emitted = len(run.transitions)
         try:
@@ -212,14 +240,24 @@ def evaluate(ruleset: RuleSet, buffer: SeriesBuffer, now: float, prev: EvalState
         except Exception as exc:
             del run.transitions[emitted:]
             run.errors[pair[0]] = f"{type(exc).__name__}: {exc} (series {pair[1]})"
-    _drop_unknown_rules(run, ruleset)
+    active = set(prev.active_pairs())
+    for pair in touched:
+        tr = run.tracks.get(pair)
+        if tr is not None and tr.state is not AlertState.INACTIVE:
+            active.add(pair)
+        else:
+            active.discard(pair)
+    if _drop_unknown_rules(run, ruleset):
+        active = {p for p in active if p in run.tracks}
     run.transitions.sort(key=lambda t: (t.time, t.rule, t.labels))
-    state = EvalState(run.tracks, run.timers, buffer.version, frozenset(ruleset.by_name))
+    state = EvalState(run.tracks, run.timers, buffer.version, frozenset(ruleset.by_name), frozenset(active))
     return Evaluation(now, state, tuple(run.transitions), run.errors)
 
 
-def _drop_unknown_rules(run: _Run, ruleset: RuleSet) -> None:
-    """Forget the tracks of rules that are gone (after a reload)."""
+def _drop_unknown_rules(run: _Run, ruleset: RuleSet) -> bool:
+    """Forget the tracks of rules that are gone (after a reload); say whether there were any."""
     if run.prev.rule_names - ruleset.by_name.keys():
         run.tracks = {p: t for p, t in run.tracks.items() if p[0] in ruleset.by_name}
         run.timers = {p: t for p, t in run.timers.items() if p[0] in ruleset.by_name}
+        return True
+    return False

@@ -252,6 +252,12 @@ class TensorBoardSource:
         self._polls = 0
         self._unsorted = False
         self._waiting = False
+        self.generation = 0
+        """Counts the files found and lost: the writer claims change only with it."""
+        self._claims: tuple[int, list[WriterClaim]] = (-1, [])
+        self._positions: dict[str, list[int]] = {}
+        """Each tailed file's `saved()` as of its last read."""
+        self._cursor: dict[str, list[int]] | None = None
         self._fresh: list[_Tail] = []
         """Files found since a `read_changed` began (it reads them)."""
         self._lock = threading.Lock()
@@ -314,6 +320,10 @@ class TensorBoardSource:
         for tail in list(tails):
             starts: list[tuple[int, float]] = []
             self._read_file(tail, out, starts)
+            saved = tail.saved()
+            if tail.rel in self._positions and saved != self._positions[tail.rel]:
+                self._positions[tail.rel] = saved
+                self._cursor = None
             for step, wall in starts:
                 self.restarts.append((tail.run, step, wall))
                 log.info("run %s: SessionLog.START at step %d (%s)", tail.run, step, tail.name)
@@ -381,23 +391,29 @@ class TensorBoardSource:
     def writer_claims(self) -> list[WriterClaim]:
         """What the names of the tailed event files claim: (path, run, host, pid) where a name has both.
 
-        Only claims: `alertd.writers.WriterRegistry` verifies them against /proc before any use.
+        Only claims: `alertd.writers.WriterRegistry` verifies them against /proc before any use. The
+        list is made again only when files came or went (`generation`); do not change it.
         """
         with self._lock:
-            out = []
-            for tail in self._tails.values():
-                parsed = parse_file_name(tail.name)
-                if parsed.host and parsed.pid and parsed.pid.isdigit():
-                    out.append(WriterClaim(self.name, tail.run, tail.path, parsed.host, int(parsed.pid)))
-            return out
+            if self._claims[0] != self.generation:
+                out = []
+                for tail in self._tails.values():
+                    parsed = parse_file_name(tail.name)
+                    if parsed.host and parsed.pid and parsed.pid.isdigit():
+                        out.append(WriterClaim(self.name, tail.run, tail.path, parsed.host, int(parsed.pid)))
+                self._claims = (self.generation, out)
+            return self._claims[1]
 
     def cursor(self) -> dict[str, list[int]]:
         """Per known event file, by path relative to the logdir (`/`): [byte offset consumed, length of
-        the file's head remembered, CRC-32C of that head]."""
+        the file's head remembered, CRC-32C of that head]. Made again only when a file's position
+        changed since the last call (do not change it)."""
         with self._lock:
-            cur = {rel: list(saved) for rel, saved in self._restore.items()}
-            cur.update((rel, tail.saved()) for rel, tail in self._tails.items())
-            return cur
+            if self._cursor is None:
+                cur = {rel: list(saved) for rel, saved in self._restore.items()}
+                cur.update(self._positions)
+                self._cursor = cur
+            return self._cursor
 
     def restore(self, cursor: dict[str, Any]) -> None:
         """Resume from a `cursor()`: files named there are read from their saved offset (a file whose
@@ -411,6 +427,8 @@ class TensorBoardSource:
             for rel, tail in self._tails.items():
                 if rel in self._restore:
                     tail.restore(self._restore.pop(rel))
+                    self._positions[rel] = tail.saved()
+            self._cursor = None
 
     # discovery
 
@@ -497,6 +515,9 @@ class TensorBoardSource:
         tags = self._runs.setdefault(run, RunTags())
         tail = _Tail(path, rel, run, self.name, tags, self._restore.pop(rel, (0, 0, 0)))
         self._tails[rel] = tail
+        self._positions[rel] = tail.saved()
+        self._cursor = None
+        self.generation += 1
         self._fresh.append(tail)
         self._unsorted = True
         log.debug("tailing %s (run %s)", path, run)
@@ -504,6 +525,9 @@ class TensorBoardSource:
     def _drop(self, tail: _Tail) -> None:
         log.info("event file %s is gone; no longer tailed", tail.path)
         self._tails.pop(tail.rel, None)
+        self._positions.pop(tail.rel, None)
+        self._cursor = None
+        self.generation += 1
         self._ordered = [t for t in self._ordered if t is not tail]
 
     def _forget_dir(self, path: str) -> None:
