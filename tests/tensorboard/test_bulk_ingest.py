@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import math
+import struct
+from types import SimpleNamespace
+from typing import Any
 from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tensorboard.compat.proto import event_pb2, summary_pb2
 
+from alertd.model import Sample, SeriesKey
+from alertd.sources.tensorboard import events as events_module
 from alertd.sources.tensorboard import tfrecord
+from alertd.sources.tensorboard.events import EventDecoder, RunTags
 from alertd.sources.tensorboard.tfrecord import ScanResult, frame, scan
 
 _NO_RUNS = 1 << 62
@@ -89,3 +97,113 @@ def test_a_bad_data_crc_inside_a_run_is_found() -> None:
     assert res.payloads == payloads[:200] + payloads[201:]
     assert [(c.offset, c.reason) for c in res.corruptions] == [(stride * 200, "bad data CRC")]
     _same(res, _scan_one_by_one(bytes(data)))
+
+
+def _decode(payloads: list[bytes], bulk: bool) -> tuple[list[tuple[Any, ...]], list[tuple[int, float]], int]:
+    out: list[Sample] = []
+    starts: list[tuple[int, float]] = []
+    with mock.patch.object(events_module, "_BULK_MIN", 1 if bulk else _NO_RUNS):
+        bad = EventDecoder(RunTags(), SeriesKey).decode_all(payloads, out, starts)
+    assert all(type(s) is Sample for s in out)
+    # NaN-proof: each value by its bits (a NaN's sign and payload included)
+    flat = [(s.series, s.time, type(s.step), s.step, struct.pack("<d", s.value)) for s in out]
+    return flat, starts, bad
+
+
+_row = st.tuples(
+    st.integers(min_value=-3, max_value=1 << 40),  # steps of 1 to 10 varint bytes
+    st.floats(min_value=0, max_value=2e9) | st.just(0.0),
+    st.lists(st.floats(width=32) | st.sampled_from([math.nan, -math.nan, math.inf]), min_size=4, max_size=4),
+)
+_template = st.tuples(
+    st.lists(st.sampled_from(["a", "b", "loss", "lr", "x/y"]), min_size=1, max_size=4, unique=True),
+    st.sampled_from(["simple", "float_val", "double_val", "content4", "content8", "half"]),
+    st.booleans(),  # metadata on every value (TF2) or none (torch's simple_value)
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    blocks=st.lists(st.tuples(_template, st.lists(_row, min_size=1, max_size=40)), min_size=1, max_size=5),
+    damage=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.integers(1, 255)), max_size=6),
+    extras=st.lists(st.sampled_from(["start", "version", "garbage"]), max_size=3),
+)
+def test_bulk_decode_is_decode_payload_by_payload(
+    kit: SimpleNamespace, blocks: list[Any], damage: list[tuple[float, float, int]], extras: list[str]
+) -> None:
+    payloads = []
+    for (tags, encoding, metadata), rows in blocks:
+        for step, wall, values in rows:
+            vals = [kit.scalar_value(t, v, encoding) for t, v in zip(tags, values, strict=False)]
+            if not metadata:
+                for v in vals:
+                    v.ClearField("metadata")
+            ev = event_pb2.Event(step=step, wall_time=wall, summary=summary_pb2.Summary(value=vals))
+            payloads.append(ev.SerializeToString())
+    for extra in extras:
+        if extra == "start":
+            payloads.insert(len(payloads) // 2, kit.session_start(7, 3.5).SerializeToString())
+        elif extra == "version":
+            payloads.insert(0, event_pb2.Event(wall_time=1.0, file_version="brain.Event:2").SerializeToString())
+        else:
+            payloads.insert(len(payloads) // 3, b"\xff\xff\xff")
+    for where, at, xor in damage:  # a damaged byte in some payload: other tags, other fields, undecodable
+        i = min(int(where * len(payloads)), len(payloads) - 1)
+        p = bytearray(payloads[i])
+        if p:
+            p[min(int(at * len(p)), len(p) - 1)] ^= xor
+            payloads[i] = bytes(p)
+    assert _decode(payloads, bulk=True) == _decode(payloads, bulk=False)
+
+
+def test_bulk_decode_reads_runs_as_matrices(kit: SimpleNamespace) -> None:
+    events = [kit.scalar_event(i, {"loss": i / 7, "lr": -i * 1e-3}, encoding="content8") for i in range(2000)]
+    payloads = [e.SerializeToString() for e in events]
+    one_by_one: list[int] = []
+    original = EventDecoder._decode
+
+    def counted(self: EventDecoder, chunk: Any, out: list[Sample], starts: list[tuple[int, float]]) -> int:
+        chunk = list(chunk)
+        one_by_one.append(len(chunk))
+        return original(self, chunk, out, starts)
+
+    out: list[Sample] = []
+    with mock.patch.object(EventDecoder, "_decode", counted):
+        assert EventDecoder(RunTags(), SeriesKey).decode_all(payloads, out, []) == 0
+    # the length changes at steps 128 and 16384 only: a few payloads one by one, the rest in bulk
+    assert sum(one_by_one) < 10
+    assert len(out) == 4000
+    assert [(s.series.metric, s.step, s.value) for s in out[-2:]] == [("loss", 1999, 1999 / 7), ("lr", 1999, -1.999)]
+
+
+def test_a_step_of_another_varint_length_in_a_run_is_decoded_alone(kit: SimpleNamespace) -> None:
+    payloads = [kit.scalar_event(200 + i, {"loss": 0.5}).SerializeToString() for i in range(40)]
+    at = payloads[0].index(b"\x10") + 1  # the step: two varint bytes
+    odd = bytearray(payloads[20])
+    odd[at] &= 0x7F  # a one-byte step, followed by a byte no event field starts with
+    payloads[20] = bytes(odd)
+    got = _decode(payloads, bulk=True)
+    assert got == _decode(payloads, bulk=False)
+    assert got[2] == 1 and len(got[0]) == 39
+
+
+def test_metadata_met_inside_a_run_changes_what_follows(kit: SimpleNamespace) -> None:
+    def event(step: int, plugin: str, pad: int) -> bytes:
+        t = kit.scalar_value("t", step / 2, "float_val")
+        t.ClearField("metadata")
+        if plugin:
+            t.metadata.plugin_data.plugin_name = plugin
+        p = summary_pb2.Summary.Value(tag="p" * pad, simple_value=1.0)
+        return event_pb2.Event(step=step, wall_time=1.0, summary=summary_pb2.Summary(value=[t, p])).SerializeToString()
+
+    plain = [event(300 + i, "", 30) for i in range(40)]
+    for pad in range(1, 30):  # the same length as the others, with metadata naming another plugin for "t"
+        other = event(320, "custom", pad)
+        if len(other) == len(plain[0]):
+            break
+    assert len(other) == len(plain[0])
+    payloads = [*plain[:20], other, *plain[21:]]
+    got = _decode(payloads, bulk=True)
+    assert got == _decode(payloads, bulk=False)
+    metrics = [s[0].metric for s in got[0]]
+    assert metrics.count("t") == 20 and metrics[-1] == "p" * 30  # "t" is not a scalar after step 320

@@ -12,6 +12,12 @@ summary holds only fixed-width scalars teaches the decoder a *layout*: a `struct
 byte but the values is fixed (tags, metadata, field headers). Later events of the same length are read
 with one `unpack_from` and taken only when all those fixed bytes match exactly, so the fast path
 yields what upb would, byte for byte; anything else goes through upb.
+
+Bulk: `decode_all` takes each run of at least `_BULK_MIN` payloads of one length as a numpy matrix (one
+row a payload). Once its first payloads are decoded as above and one of them is read by a layout whose
+values are float32 or float64, a row whose bytes equal that payload's everywhere but in its wall time,
+its step (a varint of as many bytes, at most 9) and its values is that same event with other numbers:
+those rows are decoded column by column; any other row goes through the per-payload path, in order.
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import islice, repeat
 
+import numpy as np
 from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 
@@ -30,6 +37,9 @@ from alertd.model import Sample, SeriesKey
 
 _FROM_STRING = event_pb2.Event.FromString
 _SAMPLE: Callable[..., Sample] = Sample
+_TUPLE_NEW = tuple.__new__
+"""`tuple.__new__(Sample, (series, time, step, value))` is what `Sample(...)` does, without the Python-level
+`__new__` of a named tuple (for the bulk path: a million samples)."""
 _DOUBLE = struct.Struct("<d")
 _START = event_pb2.SessionLog.START
 _SCALAR_CLASS = summary_pb2.DATA_CLASS_SCALAR
@@ -46,6 +56,11 @@ _CONTENT_FORMATS = {
     types_pb2.DT_UINT8: "B",
 }
 _LAYOUT_CONTENT = {types_pb2.DT_FLOAT: ("f", 4), types_pb2.DT_DOUBLE: ("d", 8), types_pb2.DT_HALF: ("e", 2)}
+_BULK_MIN = 16
+"""Payloads of one length in a row that `decode_all` decodes as a matrix."""
+_BULK_TRIES = 4
+"""Payloads of a run decoded one by one, at most, before one shows the layout the rest is read by."""
+_BULK_CODES = {"f": "<f4", "d": "<f8"}
 
 _NAME = re.compile(r"tfevents\.(?P<time>\d+)(?:\.(?P<rest>.+))?$")
 _HOST_PID = re.compile(r"^(?P<host>.+)\.(?P<pid>\d+)\.(?P<uid>\d+)(?P<suffix>\.?[^.\d][^.]*)?$")
@@ -143,6 +158,21 @@ class _Layout:
     skeleton: tuple[bytes, ...]
     keys: tuple[SeriesKey, ...]
     generation: int
+    slots: tuple[tuple[int, str], ...]
+    """Each value's offset in the summary and its struct code."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How the rows of a bulk run are read: the byte ranges that must equal the model payload's (start,
+    as a numpy void dtype, and those bytes), where the wall time is (-1: none), the step varint (start,
+    bytes) and the values (offset, numpy dtype)."""
+
+    fixed: tuple[tuple[int, np.dtype[np.void], np.void], ...]
+    wall: int
+    step: tuple[int, int]
+    values: tuple[tuple[int, str], ...]
+    keys: tuple[SeriesKey, ...]
 
 
 class EventDecoder:
@@ -160,6 +190,136 @@ class EventDecoder:
         SessionLog.START to `starts`; return how many payloads could not be decoded (skipped: malformed
         protobuf, values that don't fit, nesting too deep). Other errors propagate to the source, which
         keeps them to the file."""
+        n = len(payloads)
+        if n < _BULK_MIN:
+            return self._decode(payloads, out, starts)
+        lengths = np.fromiter(map(len, payloads), np.int64, n)
+        bounds = np.concatenate(([0], np.flatnonzero(lengths[1:] != lengths[:-1]) + 1, [n]))
+        bad = 0
+        done = 0
+        for i in np.flatnonzero(np.diff(bounds) >= _BULK_MIN).tolist():
+            a, b = int(bounds[i]), int(bounds[i + 1])
+            if done < a:
+                bad += self._decode(islice(payloads, done, a), out, starts)
+            bad += self._decode_run(payloads, a, b, out, starts)
+            done = b
+        if done < n:
+            bad += self._decode(islice(payloads, done, n), out, starts)
+        return bad
+
+    def _decode_run(
+        self, payloads: list[bytes], a: int, b: int, out: list[Sample], starts: list[tuple[int, float]]
+    ) -> int:
+        """Decode payloads[a:b], all of one length: the first few one by one, the rest as a matrix."""
+        bad = 0
+        plan = None
+        tries = 0
+        while a < b and plan is None and tries < _BULK_TRIES:
+            model = payloads[a]
+            bad += self._decode((model,), out, starts)
+            a += 1
+            tries += 1
+            plan = self._plan(model)
+        if plan is None or b - a < _BULK_MIN:
+            return bad + self._decode(islice(payloads, a, b), out, starts)
+        generation = self._tags.generation
+        size = len(model)
+        joined = b"".join(islice(payloads, a, b))
+        rows = np.frombuffer(joined, np.uint8).reshape(b - a, size)
+        misfits = np.zeros(b - a, np.bool_)
+        for offset, dtype, want in plan.fixed:
+            misfits |= np.ndarray((b - a,), dtype, joined, offset, (size,)) != want
+        start, width = plan.step
+        for k in range(width):
+            column = rows[:, start + k]
+            misfits |= (column < 0x80) if k < width - 1 else (column >= 0x80)
+        others = np.flatnonzero(misfits).tolist()
+        if len(others) * 8 > b - a:
+            return bad + self._decode(islice(payloads, a, b), out, starts)
+        done = 0
+        for r in others:
+            if done < r:
+                self._emit(rows[done:r], plan, out)
+            bad += self._decode((payloads[a + r],), out, starts)
+            done = r + 1
+            if self._tags.generation != generation:  # what counts as a scalar changed: plan again
+                return bad + self._decode_run(payloads, a + done, b, out, starts)
+        if done < b - a:
+            self._emit(rows[done:], plan, out)
+        return bad
+
+    def _plan(self, p: bytes) -> _Plan | None:
+        """How to read payloads shaped like `p` (an event with a summary only) as a matrix, or None."""
+        n = len(p)
+        i = 0
+        wall = -1
+        if n > 9 and p[0] == 0x09:
+            wall, i = 1, 9
+        step = (i, 0)
+        if i + 2 < n and p[i] == 0x10:
+            k = i + 1
+            while k < n and p[k] >= 0x80:
+                k += 1
+            if k - i > 9:  # a 10-byte varint: a negative step, read one by one
+                return None
+            step = (i + 1, k + 1 - (i + 1))
+            i = k + 1
+        if not (i + 1 < n and p[i] == 0x2A):
+            return None
+        try:
+            size, j = _varint(p, i + 1)
+        except (IndexError, ValueError):
+            return None
+        if j + size != n:
+            return None
+        for lay in self._layouts.get(size, ()):
+            if lay.unpack(p, j)[::2] == lay.skeleton and lay.generation == self._tags.generation:
+                break
+        else:
+            return None
+        if any(code not in _BULK_CODES for _, code in lay.slots):
+            return None
+        variable = [(step[0], step[0] + step[1])]
+        if wall >= 0:
+            variable.append((wall, wall + 8))
+        values = []
+        for offset, code in lay.slots:
+            variable.append((j + offset, j + offset + struct.calcsize(code)))
+            values.append((j + offset, _BULK_CODES[code]))
+        fixed = []
+        cursor = 0
+        for a, b in [*sorted(variable), (n, n)]:
+            if cursor < a:
+                dtype = np.dtype(f"V{a - cursor}")
+                fixed.append((cursor, dtype, np.frombuffer(p, dtype, 1, cursor)[0]))
+            cursor = max(cursor, b)
+        return _Plan(tuple(fixed), wall, step, tuple(values), lay.keys)
+
+    @staticmethod
+    def _emit(rows: np.ndarray, plan: _Plan, out: list[Sample]) -> None:
+        """Append the samples of `rows` (payloads that fit `plan`), row by row and value by value."""
+        k, size = rows.shape
+        buf = rows.data
+        walls = np.ndarray((k,), "<f8", buf, plan.wall, (size,)).tolist() if plan.wall >= 0 else [0.0] * k
+        start, width = plan.step
+        steps_arr = np.zeros(k, np.uint64)
+        for b in range(width):
+            steps_arr |= (rows[:, start + b] & 0x7F).astype(np.uint64) << np.uint64(7 * b)
+        steps = steps_arr.astype(np.int64).tolist()
+        m = len(plan.keys)
+        if m == 1:
+            ((offset, dtype),) = plan.values
+            values = np.ndarray((k,), dtype, buf, offset, (size,)).astype(np.float64).tolist()
+            out.extend(map(_TUPLE_NEW, repeat(Sample), zip(repeat(plan.keys[0]), walls, steps, values)))
+            return
+        base = len(out)
+        out += repeat(None, k * m)  # type: ignore[arg-type]  # each slot is filled below
+        for c, (offset, dtype) in enumerate(plan.values):
+            values = np.ndarray((k,), dtype, buf, offset, (size,)).astype(np.float64).tolist()
+            out[base + c :: m] = list(map(_TUPLE_NEW, repeat(Sample), zip(repeat(plan.keys[c]), walls, steps, values)))
+
+    def _decode(self, payloads: Iterable[bytes], out: list[Sample], starts: list[tuple[int, float]]) -> int:
+        """`decode_all`, payload by payload (upb, or a layout learnt from it)."""
         bad = 0
         layouts = self._layouts
         tags = self._tags
@@ -267,7 +427,8 @@ class EventDecoder:
         if len(self._layouts) >= _MAX_LAYOUTS:
             self._layouts.clear()
         keys = tuple(k for k, _ in found)
-        layout = _Layout(st.unpack_from, tuple(skeleton), keys, self._tags.generation)
+        offsets = tuple((pos - j, code) for pos, code, _ in slots)
+        layout = _Layout(st.unpack_from, tuple(skeleton), keys, self._tags.generation, offsets)
         same_size = [lay for lay in self._layouts.get(size, ()) if lay.generation == layout.generation]
         self._layouts[size] = [layout, *same_size[: _LAYOUTS_PER_SIZE - 1]]
 
