@@ -20,6 +20,11 @@ arrival time, so `for:` and `absent` run on the arrival clock and a NaN value is
 an arrival time (a replay) by the series' previous time, or the sample is dropped when it has none.
 Each such series is logged once, with the time it gave.
 
+Speed: a large batch (`_BULK_MIN` samples or more, a list) is first tried as columns (numpy): per
+series, all times usable, steps present and never going back, no series limit reached, no writer
+lineage shared within the batch. Then each series' samples are appended at once, with exactly the
+effects the sample-by-sample loop has on such a batch; any other batch goes through that loop.
+
 Positions: every sample has an absolute position in its series (0 for the first sample ever
 appended). Evicting from the front keeps positions; a restart cuts the tail, bumps the series'
 `generation` and records the cut, so a reader that remembers `(generation, position)` can tell
@@ -35,6 +40,10 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
 
 from alertd.model import Restart, Sample, SeriesKey
 
@@ -53,6 +62,14 @@ MAX_TIME = 253402300799.0
 """9999-12-31T23:59:59Z: a later sample time is unusable (a writer in milliseconds, or garbage)."""
 
 _WARNED_MAX = 10_000
+_BULK_MIN = 512
+"""Samples in one `append` from which it tries the column-wise path."""
+_SERIES = attrgetter("series")
+_TIME = attrgetter("time")
+_STEP = attrgetter("step")
+_VALUE = attrgetter("value")
+_BULK_MASKS = 16
+"""Series in one bulk batch up to which each one's samples are found by a mask (beyond: by sorting)."""
 
 WRITER_LABELS = frozenset({"pid", "host"})
 """Labels naming the process that wrote a series. A trainer restarted from a checkpoint writes the same
@@ -199,6 +216,10 @@ class SeriesBuffer:
 
         `now` is the arrival time (the service's clock); a replay gives none.
         """
+        if isinstance(samples, list) and len(samples) >= _BULK_MIN:
+            done = self._append_bulk(samples, now)
+            if done is not None:
+                return []
         restarts: list[Restart] = []
         touched: dict[SeriesKey, Series] = {}
         latest = -math.inf
@@ -229,6 +250,12 @@ class SeriesBuffer:
             latest = max(latest, sample.time)
             if key.metric == FINISHED_METRIC and sample.value == 1.0:
                 self._note_finished(key, sample.time)
+        self._finish(touched, dropped, latest, now)
+        return restarts
+
+    def _finish(self, touched: dict[SeriesKey, Series], dropped: set[str], latest: float, now: float | None) -> None:
+        """The end of an `append`: the dropped-samples series, the version, eviction, the change order."""
+        series_map = self._series
         horizon = now if now is not None else latest
         for source in dropped:
             key = SeriesKey(DROPPED_METRIC, (("source", source),))
@@ -241,7 +268,75 @@ class SeriesBuffer:
             series.evict(self.limits, horizon)
             self._changed.pop(key, None)  # Re-insert: the dict stays ordered by last change.
             self._changed[key] = self.version
-        return restarts
+
+    def _append_bulk(self, samples: list[Sample], now: float | None) -> bool | None:
+        """`append` column-wise, where the batch allows it (see the module docstring): True when done,
+        None (and nothing changed) where it must go sample by sample."""
+        try:
+            keys = list(map(_SERIES, samples))
+            all_times = array("d", map(_TIME, samples))  # as strict as Series.append: ints and floats only
+            all_steps = array("q", map(_STEP, samples))
+            all_values = array("d", map(_VALUE, samples))
+        except (TypeError, ValueError, OverflowError, AttributeError):
+            return None
+        times = np.frombuffer(all_times, np.float64)
+        steps = np.frombuffer(all_steps, np.int64)
+        values = np.frombuffer(all_values, np.float64)
+        limit = MAX_TIME if now is None else min(MAX_TIME, now + self.limits.max_future_skew)
+        if not bool(np.all((times > -MAX_TIME) & (times <= limit))) or bool(np.any(steps == NO_STEP)):
+            return None
+        ids = list(map(id, keys))
+        groups: dict[SeriesKey, list[int]] = {}
+        for ident, key in dict(zip(ids, keys, strict=True)).items():  # each key object's first appearance
+            groups.setdefault(key, []).append(ident)
+        picks = _group_rows(np.array(ids, np.uint64), groups) if len(groups) > 1 else [None]
+        plan: list[tuple[SeriesKey, Series | None, Any]] = []
+        new_lineages: set[SeriesKey] = set()
+        counted = self._counted
+        per_source: Counter[str] = Counter()
+        for key, rows in zip(groups, picks, strict=True):
+            series = self._series.get(key)
+            s = steps if rows is None else steps[rows]
+            if len(s) > 1 and not bool(np.all(s[1:] >= s[:-1])):
+                return None  # a restart inside the batch
+            if series is not None:
+                if len(series.steps) > series.start and series.steps[-1] != NO_STEP and s[0] < series.steps[-1]:
+                    return None  # a restart at its first sample
+            else:
+                source = key.label("source") or ""
+                if not key.metric.startswith("alertd."):
+                    if counted >= self.limits.max_series:
+                        return None
+                    if self._per_source[source] + per_source[source] >= self.limits.series_limit(source):
+                        return None
+                    counted += 1
+                    per_source[source] += 1
+                lineage = _lineage(key)
+                if lineage is not None:
+                    if lineage in new_lineages or any(k in groups for k in self._lineage.get(lineage, ())):
+                        return None  # which writer took over would depend on the order within the batch
+                    new_lineages.add(lineage)
+            plan.append((key, series, rows))
+        touched: dict[SeriesKey, Series] = {}
+        dropped: set[str] = set()
+        for key, known, rows in plan:
+            t = times if rows is None else times[rows]
+            v = values if rows is None else values[rows]
+            series = known
+            if series is None:
+                series = self._new_series(key, dropped)
+                assert series is not None  # the limits were checked above
+                self._note_writer(key, float(t[0]))
+            touched[key] = series
+            series.times.frombytes(t.tobytes())
+            series.values.frombytes(v.tobytes())
+            series.steps.frombytes((steps if rows is None else steps[rows]).tobytes())
+            if key.metric == FINISHED_METRIC:
+                done = v == 1.0
+                if bool(done.any()):
+                    self._note_finished(key, float(t[done].min()))
+        self._finish(touched, dropped, float(times.max()), now)
+        return True
 
     def _new_series(self, key: SeriesKey, dropped: set[str]) -> Series | None:
         """A new series, or None (counted, logged once per source) when a series limit is reached."""
@@ -306,9 +401,9 @@ class SeriesBuffer:
         self._finished[run] = min(time, self._finished.get(run, math.inf))
 
     def _note_writer(self, key: SeriesKey, time: float) -> None:
-        if not any(k in WRITER_LABELS for k, _ in key.labels):
+        lineage = _lineage(key)
+        if lineage is None:
             return
-        lineage = SeriesKey(key.metric, tuple(kv for kv in key.labels if kv[0] not in WRITER_LABELS))
         for older in self._lineage.setdefault(lineage, []):
             last = self._series[older].last_time()
             if last is not None and last < time and older not in self._superseded:
@@ -345,3 +440,28 @@ class SeriesBuffer:
     def nbytes(self) -> int:
         """Bytes held by the sample arrays."""
         return sum(s.nbytes() for s in self._series.values())
+
+
+def _lineage(key: SeriesKey) -> SeriesKey | None:
+    """The series `key` with its writer labels left out; None when it has none."""
+    if not any(k in WRITER_LABELS for k, _ in key.labels):
+        return None
+    return SeriesKey(key.metric, tuple(kv for kv in key.labels if kv[0] not in WRITER_LABELS))
+
+
+def _group_rows(ids: np.ndarray, groups: dict[SeriesKey, list[int]]) -> list[Any]:
+    """For each group of key object ids, the indices of the rows whose id is one of them, in order."""
+    if len(groups) <= _BULK_MASKS:
+        out = []
+        for members in groups.values():
+            mask = ids == np.uint64(members[0])
+            for other in members[1:]:
+                mask |= ids == np.uint64(other)
+            out.append(np.flatnonzero(mask))
+        return out
+    group_of = {ident: g for g, members in enumerate(groups.values()) for ident in members}
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    labels = np.fromiter((group_of[int(u)] for u in uniq), np.int64, len(uniq))[inverse]
+    order = np.argsort(labels, kind="stable")
+    bounds = np.cumsum(np.bincount(labels, minlength=len(groups)))
+    return np.split(order, bounds[:-1])
