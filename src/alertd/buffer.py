@@ -285,11 +285,12 @@ class SeriesBuffer:
         limit = MAX_TIME if now is None else min(MAX_TIME, now + self.limits.max_future_skew)
         if not bool(np.all((times > -MAX_TIME) & (times <= limit))) or bool(np.any(steps == NO_STEP)):
             return None
-        ids = list(map(id, keys))
         groups: dict[SeriesKey, list[int]] = {}
-        for ident, key in dict(zip(ids, keys, strict=True)).items():  # each key object's first appearance
+        first_seen = dict(zip(map(id, keys), keys, strict=True))  # each key object, in order of appearance
+        for ident, key in first_seen.items():
             groups.setdefault(key, []).append(ident)
-        picks = _group_rows(np.array(ids, np.uint64), groups) if len(groups) > 1 else [None]
+        ids = np.fromiter(map(id, keys), np.uint64, len(keys)) if len(groups) > 1 else None
+        picks = [None] if ids is None else _group_rows(ids, groups)
         plan: list[tuple[SeriesKey, Series | None, Any]] = []
         new_lineages: set[SeriesKey] = set()
         counted = self._counted

@@ -224,7 +224,7 @@ class EventDecoder:
             return bad + self._decode(islice(payloads, a, b), out, starts)
         generation = self._tags.generation
         size = len(model)
-        joined = b"".join(islice(payloads, a, b))
+        joined = b"".join(payloads if b - a == len(payloads) else payloads[a:b])
         rows = np.frombuffer(joined, np.uint8).reshape(b - a, size)
         misfits = np.zeros(b - a, np.bool_)
         for offset, dtype, want in plan.fixed:
