@@ -305,6 +305,8 @@ def _state_routes(api: APIRouter, service: Any) -> None:
                     "lag": h.lag if h else None,
                     "samples": h.samples if h else 0,
                     "errors": h.errors if h else 0,
+                    "reads": h.polls if h else 0,
+                    "watch": service.watching.get(cfg.name),
                     "config": redacted(cfg),
                 }
             )

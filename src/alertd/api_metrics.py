@@ -56,13 +56,17 @@ class ServiceCollector(Collector):
         lag = GaugeMetricFamily(
             "alertd_source_lag_seconds", "Poll time minus the newest sample's time.", labels=["source"]
         )
+        reads = CounterMetricFamily(
+            "alertd_source_reads", "Reads started per source: polls and notification wake-ups.", labels=["source"]
+        )
         for name, health in sorted(self.service.health.items()):
+            reads.add_metric([name], health.polls)
             ingested.add_metric([name], health.samples)
             errors.add_metric([name], health.errors)
             up.add_metric([name], 1.0 if source_up(health) else 0.0)
             if health.lag is not None:
                 lag.add_metric([name], health.lag)
-        yield from (ingested, errors, up, lag)
+        yield from (ingested, errors, up, lag, reads)
 
     def _alerts(self) -> Iterator[Metric]:
         engine = self.service.engine

@@ -98,6 +98,10 @@ class SourceOut(BaseModel):
     lag: float | None
     samples: int
     errors: int
+    reads: int
+    """Reads started: polls, and wake-ups by file-system notifications."""
+    watch: str | None
+    """How a file source learns of changes: `notify`, or `poll (why)`; null for the other sources."""
     config: dict[str, Any]
 
 

@@ -47,7 +47,7 @@ from alertd.notify.config import KillConfig
 from alertd.notify.registry import build_notifier
 from alertd.persist import Snapshot, StateStore
 from alertd.rules.carry import carry_over, fingerprint, restored, rule_fingerprints
-from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
+from alertd.rules.evaluate import EvalState, Evaluation, PairKey, RuleSet, evaluate
 from alertd.runs import RunTracker, Writer
 from alertd.sources.base import Source
 from alertd.sources.config import SourceConfig
@@ -88,10 +88,14 @@ class Engine:
     rule_errors: dict[str, str] = field(default_factory=dict)
     last_eval: float | None = None
     eval_seconds: float = 0.0
+    dirty: set[PairKey] | None = None
+    """The pairs whose tracks changed since the state was last committed (None: not known)."""
 
     def evaluate(self, now: float) -> Evaluation:
         """Evaluate at `now` and keep the new state."""
         ev = evaluate(self.ruleset, self.buffer, now, self.state)
+        if self.dirty is not None:
+            self.dirty |= ev.state.written
         self.state = ev.state
         self.rule_errors.update(ev.errors)
         self.last_eval = now
@@ -132,6 +136,8 @@ class Service:
             self.outbox.close()
             raise StateDirError(f"state directory {self.state_dir}: {exc}") from None
         self._cursors: dict[str, tuple[str, Any]] = {}
+        self._source_fps: dict[str, tuple[Config, str]] = {}
+        """Per source, its configuration's fingerprint (and the configuration it is of)."""
         self._polls: dict[str, tuple[float, asyncio.Task[list[Sample]]]] = {}
         self.watcher: FsWatcher | None = None
         self.watching: dict[str, str] = {}
@@ -197,14 +203,20 @@ class Service:
     def _state_writer(self) -> Callable[[sqlite3.Connection], None]:
         self._next_save = self.clock.now() + SAVE_EVERY
         cursors = {n: c for n, c in self._cursors.items() if n in self.sources}
-        snap = Snapshot(self.engine.state.tracks, rule_fingerprints(self.engine.ruleset), cursors, self.clock.now())
+        engine = self.engine
+        dirty = frozenset(engine.dirty) if engine.dirty is not None else None
+        snap = Snapshot(engine.state.tracks, rule_fingerprints(engine.ruleset), cursors, self.clock.now(), dirty)
+        engine.dirty = set()  # from here on; `failed()` makes the next commit compare everything
         return self.store.writer(snap)
 
     def _take_cursor(self, name: str, source: Source) -> None:
         """Note how far `source` has read, right after its poll returned (its lock is free, its reading done)."""
         cursor = getattr(source, "cursor", None)
         if cursor is not None:
-            self._cursors[name] = (_config_fp(self.config.sources, name) or "", cursor())
+            fp = self._source_fps.get(name)
+            if fp is None or fp[0] is not self.config:
+                fp = self._source_fps[name] = (self.config, _config_fp(self.config.sources, name) or "")
+            self._cursors[name] = (fp[1], cursor())
 
     async def reload(self) -> list[str]:
         """Load the rules files again, off the event loop. On an error, say what is wrong and keep the running

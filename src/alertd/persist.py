@@ -43,6 +43,8 @@ class Snapshot:
     rule_fps: Mapping[str, str]
     cursors: Mapping[str, tuple[str, Any]]
     now: float
+    dirty: frozenset[PairKey] | None = None
+    """The pairs whose tracks changed since the last committed snapshot (None: compare them all)."""
 
 
 class StateStore:
@@ -100,6 +102,20 @@ class StateStore:
             old_tracks, old_fps, old_cursors = self._tracks, self._fps, self._cursors
         if not self._full and snap.tracks is self._source and fps == old_fps:
             kept = old_tracks  # the very tracks of the last commit: nothing to compare, nothing to write
+        elif not self._full and snap.dirty is not None and fps == old_fps:
+            kept = dict(old_tracks)  # only the pairs that changed: the cost follows the change
+            upsert, gone = [], []
+            for pair in snap.dirty:
+                tr = snap.tracks.get(pair)
+                if tr is not None and pair[0] in fps and _worth_keeping(tr):
+                    kept[pair] = tr
+                    upsert.append(
+                        (pair[0], fps[pair[0]], _series_json(pair[1]), json.dumps(_track_data(tr), allow_nan=True))
+                    )
+                elif kept.pop(pair, None) is not None:
+                    gone.append((pair[0], _series_json(pair[1])))
+            db.executemany("DELETE FROM tracks WHERE rule = ? AND series = ?", gone)
+            db.executemany("INSERT OR REPLACE INTO tracks VALUES (?, ?, ?, ?)", upsert)
         else:
             kept = {pair: tr for pair, tr in snap.tracks.items() if pair[0] in snap.rule_fps and _worth_keeping(tr)}
             gone = [(name, _series_json(key)) for name, key in old_tracks.keys() - kept.keys()]

@@ -29,6 +29,8 @@ class EvalState:
     rule_names: frozenset[str] = frozenset()
     active: frozenset[PairKey] | None = None
     """The pairs whose track is pending or firing (None: not known, look at every track)."""
+    written: frozenset[PairKey] = frozenset()
+    """The pairs whose track the evaluation that made this state changed (or dropped)."""
 
     def active_pairs(self) -> frozenset[PairKey]:
         """The pairs whose track is pending or firing."""
@@ -108,6 +110,7 @@ class _Run:
         self.tracks: Mapping[PairKey, Track] = prev.tracks  # copied on the first change (_tracks_w)
         self.timers: Mapping[PairKey, float] = prev.timers  # copied on the first change (_timers_w)
         self._own: set[str] = set()
+        self.written: set[PairKey] = set()
         self.prev = prev
         self.transitions: list[Transition] = []
         self.errors: dict[str, str] = {}
@@ -175,6 +178,7 @@ class _Run:
                 set_condition(rule, tr, tr.streak >= need, t, emit)
         tr.generation, tr.position = series.generation, series.end
         self._tracks_w()[pair] = tr
+        self.written.add(pair)
         self._settle(rule, pair, tr, finished_at, now)
 
     def finish(self, pair: PairKey, now: float) -> None:
@@ -183,6 +187,7 @@ class _Run:
         tr = self.tracks[pair]
         if tr is self.prev.tracks.get(pair):
             tr = self._tracks_w()[pair] = tr.copy()
+            self.written.add(pair)
         self._rule, self._key = rule, pair[1]
         self._settle(rule, pair, tr, self.buffer.finished_at(pair[1]) if rule.absent else None, now)
 
@@ -249,8 +254,11 @@ def evaluate(ruleset: RuleSet, buffer: SeriesBuffer, now: float, prev: EvalState
             active.discard(pair)
     if _drop_unknown_rules(run, ruleset):
         active = {p for p in active if p in run.tracks}
+        run.written |= prev.tracks.keys() - run.tracks.keys()
     run.transitions.sort(key=lambda t: (t.time, t.rule, t.labels))
-    state = EvalState(run.tracks, run.timers, buffer.version, frozenset(ruleset.by_name), frozenset(active))
+    state = EvalState(
+        run.tracks, run.timers, buffer.version, frozenset(ruleset.by_name), frozenset(active), frozenset(run.written)
+    )
     return Evaluation(now, state, tuple(run.transitions), run.errors)
 
 

@@ -409,8 +409,8 @@ class TensorBoardSource:
         the file's head remembered, CRC-32C of that head]. Made again only when a file's position
         changed since the last call (do not change it)."""
         with self._lock:
-            if self._cursor is None:
-                cur = {rel: list(saved) for rel, saved in self._restore.items()}
+            if self._cursor is None:  # a copy (C speed: no Python per file): a later read changes no cursor taken
+                cur = {rel: list(saved) for rel, saved in self._restore.items()} if self._restore else {}
                 cur.update(self._positions)
                 self._cursor = cur
             return self._cursor
