@@ -93,7 +93,7 @@ class Engine:
 
     def evaluate(self, now: float) -> Evaluation:
         """Evaluate at `now` and keep the new state."""
-        ev = evaluate(self.ruleset, self.buffer, now, self.state)
+        ev = evaluate(self.ruleset, self.buffer, now, self.state, in_place=True)
         if self.dirty is not None:
             self.dirty |= ev.state.written
         self.state = ev.state
@@ -136,6 +136,10 @@ class Service:
             self.outbox.close()
             raise StateDirError(f"state directory {self.state_dir}: {exc}") from None
         self._cursors: dict[str, tuple[str, Any]] = {}
+        self._cursor_due: set[str] = set()
+        """Sources that read something since their cursor was last taken."""
+        self._ingesting: dict[str, int] = {}
+        """Per source, polls that returned and whose samples are not ingested yet."""
         self._source_fps: dict[str, tuple[Config, str]] = {}
         """Per source, its configuration's fingerprint (and the configuration it is of)."""
         self._polls: dict[str, tuple[float, asyncio.Task[list[Sample]]]] = {}
@@ -202,6 +206,12 @@ class Service:
 
     def _state_writer(self) -> Callable[[sqlite3.Connection], None]:
         self._next_save = self.clock.now() + SAVE_EVERY
+        for name in list(self._cursor_due):  # not of a source reading now, or whose samples await their turn
+            if name in self.sources and name not in self._polls and not self._ingesting.get(name):
+                self._take_cursor(name, self.sources[name])
+                self._cursor_due.discard(name)
+            elif name not in self.sources:
+                self._cursor_due.discard(name)
         cursors = {n: c for n, c in self._cursors.items() if n in self.sources}
         engine = self.engine
         dirty = frozenset(engine.dirty) if engine.dirty is not None else None
@@ -210,7 +220,8 @@ class Service:
         return self.store.writer(snap)
 
     def _take_cursor(self, name: str, source: Source) -> None:
-        """Note how far `source` has read, right after its poll returned (its lock is free, its reading done)."""
+        """Note how far `source` has read: at a commit, while none of its polls runs and all it read is ingested
+        (its lock is free, its reading done). A source hands the same cursor while it has read nothing new."""
         cursor = getattr(source, "cursor", None)
         if cursor is not None:
             fp = self._source_fps.get(name)
@@ -453,15 +464,20 @@ class Service:
             samples = []
         else:
             health.succeeded(samples, now)
-            self._take_cursor(name, source)
+            self._ingesting[name] = self._ingesting.get(name, 0) + 1
         finally:
             health.busy = False
-        if name not in self.sources:  # dropped by a reload meanwhile
-            return
-        if isinstance(source, TensorBoardSource):  # before the samples: a NaN in a new file needs its writer
-            await self.check_writers(now, only_new=True)
-        up = Sample(SeriesKey(SOURCE_UP, make_labels({"source": name})), now, None, 0.0 if health.failures else 1.0)
-        self.ingest([*samples, up], now)
+        try:
+            if name not in self.sources:  # dropped by a reload meanwhile
+                return
+            if isinstance(source, TensorBoardSource):  # before the samples: a NaN in a new file needs its writer
+                await self.check_writers(now, only_new=True)
+            up = Sample(SeriesKey(SOURCE_UP, make_labels({"source": name})), now, None, 0.0 if health.failures else 1.0)
+            self.ingest([*samples, up], now)
+        finally:
+            if self._ingesting.get(name):
+                self._ingesting[name] -= 1
+                self._cursor_due.add(name)  # taken at the next commit (what the samples came with is theirs)
         if name in self._changed:
             self._wake_source(name)
 
@@ -498,13 +514,14 @@ class Service:
         alerts = {a.fingerprint: a for a in self.engine.state.alerts(self.engine.ruleset.rules)}
         save = bool(transitions) or self.clock.now() >= self._next_save
         try:
-            self.dispatcher.submit(transitions, alerts, now, also=self._state_writer() if save else None)
+            planned = self.dispatcher.submit(transitions, alerts, now, also=self._state_writer() if save else None)
         except sqlite3.Error as exc:
             self.store.failed()
             self.fatal(f"can't write the state directory {self.state_dir} ({exc}); alertd stops")
             return
         self.store.committed()
-        self._wake.set()
+        if transitions or planned.notifications:  # something to deliver, or group timers that moved
+            self._wake.set()
 
     def fatal(self, message: str) -> None:
         """Stop with exit status 1 after one clear message (the state can't be kept)."""

@@ -57,12 +57,7 @@ class StateStore:
         self._fps: dict[str, str] = {}
         self._cursors: dict[str, tuple[str, str, object]] = {}
         """Per source, the committed cursor: (config fingerprint, its JSON, the object it was made from)."""
-        self._source: Mapping[PairKey, Track] | None = None
-        """The tracks mapping the last commit was made from."""
-        self._pending: (
-            tuple[dict[PairKey, Track], dict[str, str], dict[str, tuple[str, str, object]], Mapping[PairKey, Track]]
-            | None
-        ) = None
+        self._pending: tuple[dict[PairKey, Track], dict[str, str], dict[str, tuple[str, str, object]]] | None = None
         self._full = True
         if legacy is not None and legacy.exists():
             self._import(legacy)
@@ -81,13 +76,13 @@ class StateStore:
     def committed(self) -> None:
         """The last writer's transaction committed: remember what it wrote."""
         if self._pending is not None:
-            self._tracks, self._fps, self._cursors, self._source = self._pending
+            self._tracks, self._fps, self._cursors = self._pending
             self._pending = None
 
     def failed(self) -> None:
         """The last writer's transaction rolled back: write everything next time."""
         self._pending = None
-        self._tracks, self._fps, self._cursors, self._source = {}, {}, {}, None
+        self._tracks, self._fps, self._cursors = {}, {}, {}
         self._full = True
 
     def _write(self, db: sqlite3.Connection, snap: Snapshot) -> None:
@@ -100,10 +95,9 @@ class StateStore:
             old_cursors: dict[str, tuple[str, str, object]] = {}
         else:
             old_tracks, old_fps, old_cursors = self._tracks, self._fps, self._cursors
-        if not self._full and snap.tracks is self._source and fps == old_fps:
-            kept = old_tracks  # the very tracks of the last commit: nothing to compare, nothing to write
-        elif not self._full and snap.dirty is not None and fps == old_fps:
-            kept = dict(old_tracks)  # only the pairs that changed: the cost follows the change
+        if not self._full and snap.dirty is not None and fps == old_fps:
+            kept = old_tracks  # only the pairs that changed: the cost follows the change (a failed commit
+            # makes the next one write everything: `failed()`)
             upsert, gone = [], []
             for pair in snap.dirty:
                 tr = snap.tracks.get(pair)
@@ -139,7 +133,7 @@ class StateStore:
                 db.execute("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)", (name, row[0], row[1]))
         db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?), ('saved_at', ?)", (VERSION, snap.now))
         self._full = False
-        self._pending = (kept, fps, cursors, snap.tracks)
+        self._pending = (kept, fps, cursors)
 
     def load_tracks(self, rule_fps: Mapping[str, str]) -> dict[PairKey, Track]:
         """The stored tracks of rules whose definition is unchanged."""

@@ -1,6 +1,7 @@
 """evaluate(): rules x buffer x now x previous state -> next state, transitions and rule errors.
 
-Pure: it reads the buffer, never changes it or the previous state, and never reads a clock. Its
+Pure: it reads the buffer, never changes it or the previous state (unless its one owner asks for that,
+`in_place`, to save copying every track), and never reads a clock. Its
 cost grows with the samples that arrived since the previous evaluation and with the alerts that
 have a time-based change due, not with the history kept in the buffer.
 """
@@ -104,12 +105,14 @@ def alert_labels(rule: Rule, key: SeriesKey) -> Labels:
 class _Run:
     """The working state of one evaluation."""
 
-    def __init__(self, ruleset: RuleSet, buffer: SeriesBuffer, prev: EvalState) -> None:
+    def __init__(self, ruleset: RuleSet, buffer: SeriesBuffer, prev: EvalState, in_place: bool = False) -> None:
         self.ruleset = ruleset
         self.buffer = buffer
         self.tracks: Mapping[PairKey, Track] = prev.tracks  # copied on the first change (_tracks_w)
         self.timers: Mapping[PairKey, float] = prev.timers  # copied on the first change (_timers_w)
         self._own: set[str] = set()
+        if in_place:  # the caller drops `prev`: change its mappings instead of copies of them
+            self._own = {n for n, m in (("tracks", prev.tracks), ("timers", prev.timers)) if type(m) is dict}
         self.written: set[PairKey] = set()
         self.prev = prev
         self.transitions: list[Transition] = []
@@ -220,10 +223,16 @@ class _Run:
         return self.timers  # type: ignore[return-value]
 
 
-def evaluate(ruleset: RuleSet, buffer: SeriesBuffer, now: float, prev: EvalState | None = None) -> Evaluation:
-    """Evaluate every rule on the samples that are new since `prev`, and on time up to `now`."""
+def evaluate(
+    ruleset: RuleSet, buffer: SeriesBuffer, now: float, prev: EvalState | None = None, *, in_place: bool = False
+) -> Evaluation:
+    """Evaluate every rule on the samples that are new since `prev`, and on time up to `now`.
+
+    `in_place`: `prev` is not used again by anyone (the service's engine): its track and timer mappings
+    become the new state's, changed where they change, instead of being copied (10,000 series: no copy
+    of 10,000 entries per evaluation)."""
     prev = prev or EvalState()
-    run = _Run(ruleset, buffer, prev)
+    run = _Run(ruleset, buffer, prev, in_place)
     touched: set[PairKey] = set()
     for series in buffer.changed_since(prev.version):
         for rule in ruleset.for_series(series.key):
