@@ -1,8 +1,11 @@
 """The `tensorboard` source: tails every event file under a logdir, incrementally by byte offset.
 
-- Discovery: a directory is listed again only when its mtime changed (and once more on the poll after,
-  for file systems with coarse timestamps), plus every directory every `_FULL_RESCAN_POLLS` polls; known
-  files are `stat`-ed each poll and only their new bytes are read.
+- Discovery, polled (`read_new`): a directory is listed again only when its mtime changed (and once more
+  on the poll after, for file systems with coarse timestamps), plus every directory every
+  `_FULL_RESCAN_POLLS` polls; known files are `stat`-ed each poll and only their new bytes are read.
+- Discovery, notified (`read_changed`): only the paths that file-system notifications reported are
+  looked at: a known file's new bytes, a known directory listed again, a new directory or event file
+  added. The cost follows the change, not the number of files; the logdir itself reported is a full poll.
 - Labels: `source` (the configured name), `run` (the directory of the file relative to the logdir, with
   `/`, `.` for the logdir itself), `host` and `pid` where the file name carries them. The metric is the
   tag; time is the event's `wall_time`; step is the event's step.
