@@ -3,7 +3,9 @@
 `path` may be the `wandb/` directory itself, its parent (the training working directory: `wandb/`
 or `.wandb/` inside it is used), one run directory, or one `.wandb` file. Files found:
 `<dir>/run-*/run-*.wandb`, `<dir>/offline-run-*/run-*.wandb`, and `<path>/run-*.wandb`.
-New run directories are picked up at every poll.
+New run directories are picked up at every poll. Woken by file-system notifications (`read_changed`),
+only the run files named, or found in the directories named, are read: the cost follows the change, not
+the number of runs, and the samples are those a full poll gives for these files.
 
 Each file is tailed (see `wandb_records.LogReader`): history rows become training-metric samples,
 stats records system-metric samples (names in `wandb_values`), the run record `run.started` = 1 (at
@@ -24,6 +26,7 @@ error, with its path, and retried at each poll, while every other file is read a
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import glob
 import logging
 import os
@@ -41,6 +44,12 @@ from alertd.sources.wandb.values import flatten_row, system_metric, to_float
 
 log = logging.getLogger(__name__)
 _RUN_FILE = re.compile(r"^run-(.+)\.wandb$")
+_TOP_DIRS = ("wandb", ".wandb")
+"""The directories under `path` that may hold run directories (besides `path` itself)."""
+_RUN_NAME = re.compile(fnmatch.translate("run-*.wandb")).match
+"""A name that `find_run_files` takes for a run file (its glob pattern)."""
+_RUN_DIR = re.compile(f"(?:{fnmatch.translate('run-*')})|(?:{fnmatch.translate('offline-run-*')})").match
+"""A name that `find_run_files` takes for a run directory (its glob patterns)."""
 
 
 @dataclass(slots=True)
@@ -79,6 +88,8 @@ class WandbDirSource:
         self.name = cfg.name
         self.interval = cfg.interval
         self.path = cfg.path
+        self._root = os.path.abspath(cfg.path)
+        """`path` as file-system notifications name it (see `read_changed`)."""
         self.corrupt_records = 0
         self._files: dict[str, _RunFile] = {}
 
@@ -92,33 +103,90 @@ class WandbDirSource:
     async def aclose(self) -> None:
         """Nothing to release: files are opened only while read."""
 
+    async def poll_changed(self, now: float, paths: frozenset[str]) -> Sequence[Sample]:
+        """The samples new in `paths`, what file-system notifications reported (see `read_changed`); file
+        reading runs in a worker thread."""
+        return await asyncio.to_thread(self.read_changed, paths)
+
     def read_new(self) -> list[Sample]:
         """Read every run file's new complete records and return their samples."""
         out: list[Sample] = []
         for path in find_run_files(self.path):
-            state = self._files.get(path)
-            if state is None:
-                state = self._files[path] = _RunFile(LogReader(path), RunInfo(run_id=_run_id(path)))
-            try:
-                records, problems = state.reader.read()
-            except NotRegularFile as exc:
-                self._fail(state, f"skipped {exc}: not read")
-                continue
-            except OSError as exc:
-                self._fail(state, f"cannot read {path}: {exc}; retrying at the next poll")
-                continue
-            except Exception as exc:  # anything else stays with this file: the other files are read
-                where = f"{path} at offset {state.reader.offset}"
-                self._fail(state, f"error reading {where}: {type(exc).__name__}: {exc}; retrying at the next poll")
-                continue
-            if state.error:
-                log.info("wandb_dir %s: %s is readable again", self.name, path)
-                state.error = ""
-            for problem in problems:
-                self._report(path, problem)
-            for offset, payload in records:
-                self._decode(path, state, offset, payload, out)
+            self._read_file(path, out)
         return out
+
+    def read_changed(self, paths: frozenset[str]) -> list[Sample]:
+        """Read only the run files that `paths` (absolute, as notifications report them) name or hold.
+
+        A run file named is read; a directory named where run files or run directories belong
+        (`<path>/run-*/`, `<path>/offline-run-*/`, `<path>/wandb/`, `<path>/wandb/run-*/`, ...) is listed
+        and the run files in it are read; anything else is ignored. The files are those `find_run_files`
+        would find among them, read in its order: the samples are those a full `read_new` would give for
+        these files, at a cost that follows the change, not the number of runs. `path` itself reported,
+        or a `path` that is not a directory, is a full `read_new`.
+        """
+        root = self._root
+        if root in paths or not os.path.isdir(root):
+            return self.read_new()
+        prefix = root if root.endswith(os.sep) else root + os.sep
+        found: set[str] = set()
+        for changed in paths:
+            if changed.startswith(prefix) and len(changed) > len(prefix):
+                self._changed(changed[len(prefix) :].split(os.sep), found)
+        out: list[Sample] = []
+        for path in sorted(found):
+            self._read_file(path, out)
+        return out
+
+    def _changed(self, parts: list[str], found: set[str]) -> None:
+        """Add to `found` the run files that the changed entry `parts` (relative to `path`) is or holds,
+        as `find_run_files` names them."""
+        where = os.path.join(self.path, *parts)
+        if len(parts) == 1:
+            name = parts[0]
+            if name in _TOP_DIRS:
+                for run_dir in _entries(where):
+                    if _RUN_DIR(run_dir) and os.path.isdir(os.path.join(where, run_dir)):
+                        _add_run_files(os.path.join(where, run_dir), found)
+            elif _RUN_DIR(name) and os.path.isdir(where):
+                _add_run_files(where, found)
+            elif _RUN_NAME(name) and _is_run_file(where):
+                found.add(where)
+        elif len(parts) == 2:
+            top, name = parts
+            if top in _TOP_DIRS and _RUN_DIR(name) and os.path.isdir(where):
+                _add_run_files(where, found)
+            elif _RUN_DIR(top) and _RUN_NAME(name) and _is_run_file(where):
+                found.add(where)
+        elif len(parts) == 3:
+            top, run_dir, name = parts
+            if top in _TOP_DIRS and _RUN_DIR(run_dir) and _RUN_NAME(name) and _is_run_file(where):
+                found.add(where)
+
+    def _read_file(self, path: str, out: list[Sample]) -> None:
+        """Read one run file's new complete records into `out`; what goes wrong with it stays with it."""
+        state = self._files.get(path)
+        if state is None:
+            state = self._files[path] = _RunFile(LogReader(path), RunInfo(run_id=_run_id(path)))
+        try:
+            records, problems = state.reader.read()
+        except NotRegularFile as exc:
+            self._fail(state, f"skipped {exc}: not read")
+            return
+        except OSError as exc:
+            self._fail(state, f"cannot read {path}: {exc}; retrying at the next poll")
+            return
+        except Exception as exc:  # anything else stays with this file: the other files are read
+            where = f"{path} at offset {state.reader.offset}"
+            self._fail(state, f"error reading {where}: {type(exc).__name__}: {exc}; retrying at the next poll")
+            return
+        if state.error:
+            log.info("wandb_dir %s: %s is readable again", self.name, path)
+            state.error = ""
+        for problem in problems:
+            self._report(path, problem)
+        for offset, payload in records:
+            self._decode(path, state, offset, payload, out)
 
     def _fail(self, state: _RunFile, message: str) -> None:
         if state.error != message:
@@ -229,6 +297,28 @@ class WandbDirSource:
             state.ended = bool(entry.get("ended", False))
             state.last_time = entry.get("last_time")
             self._files[path] = state
+
+
+def _entries(directory: str) -> list[str]:
+    """The names in `directory` (none if it cannot be listed: gone, or not a directory)."""
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
+
+
+def _is_run_file(path: str) -> bool:
+    """Whether `find_run_files` lists `path`, named like a run file where one belongs: anything but a directory."""
+    return os.path.lexists(path) and not os.path.isdir(path)
+
+
+def _add_run_files(run_dir: str, found: set[str]) -> None:
+    """Add to `found` the run files in the run directory `run_dir`."""
+    for name in _entries(run_dir):
+        if _RUN_NAME(name):
+            path = os.path.join(run_dir, name)
+            if not os.path.isdir(path):
+                found.add(path)
 
 
 def _run_id(path: str) -> str:
