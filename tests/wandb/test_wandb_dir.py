@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gen_offline import expected_loss
+from gen_offline import expected_loss, write_runs
 from wandb_frames import BLOCK, frame, payloads_of
 
 from alertd.model import Sample
@@ -27,15 +27,7 @@ HERE = Path(__file__).parent
 def offline(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding the offline runs `good` and `bad` of gen_offline.py (written once)."""
     root = tmp_path_factory.mktemp("offline")
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(root),
-        "WANDB_SILENT": "true",
-        "WANDB_ERROR_REPORTING": "false",
-        "WANDB_MODE": "offline",
-        "WANDB_DIR": str(root),
-    }
-    subprocess.run([sys.executable, str(HERE / "gen_offline.py"), str(root)], env=env, check=True, timeout=120)
+    write_runs(root)
     return root
 
 

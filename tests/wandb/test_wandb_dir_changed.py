@@ -9,12 +9,11 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from gen_offline import write_runs
 
 from alertd.model import Sample
 from alertd.sources.config import WandbDirConfig
@@ -27,15 +26,7 @@ HERE = Path(__file__).parent
 def sdk_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The run directories of the offline runs `good` and `bad` written by gen_offline.py (once)."""
     root = tmp_path_factory.mktemp("sdk")
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(root),
-        "WANDB_SILENT": "true",
-        "WANDB_ERROR_REPORTING": "false",
-        "WANDB_MODE": "offline",
-        "WANDB_DIR": str(root),
-    }
-    subprocess.run([sys.executable, str(HERE / "gen_offline.py"), str(root)], env=env, check=True, timeout=120)
+    write_runs(root)
     runs = {}
     for path in find_run_files(str(root)):
         run_id = Path(path).name.removeprefix("run-").removesuffix(".wandb")
