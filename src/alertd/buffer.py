@@ -20,7 +20,8 @@ arrival time, so `for:` and `absent` run on the arrival clock and a NaN value is
 an arrival time (a replay) by the series' previous time, or the sample is dropped when it has none.
 Each such series is logged once, with the time it gave.
 
-Speed: a large batch (`_BULK_MIN` samples or more, a list) is first tried as columns (numpy): per
+Speed: a large batch (`_BULK_MIN` samples or more, a list; from `_BULK_SMALL` samples when the batch
+has few series, as the dry-run's chunks of a few long series) is first tried as columns (numpy): per
 series, all times usable, steps present and never going back, no series limit reached, no writer
 lineage shared within the batch. Then each series' samples are appended at once, with exactly the
 effects the sample-by-sample loop has on such a batch; any other batch goes through that loop.
@@ -40,7 +41,6 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -64,10 +64,10 @@ MAX_TIME = 253402300799.0
 _WARNED_MAX = 10_000
 _BULK_MIN = 512
 """Samples in one `append` from which it tries the column-wise path."""
-_SERIES = attrgetter("series")
-_TIME = attrgetter("time")
-_STEP = attrgetter("step")
-_VALUE = attrgetter("value")
+_BULK_SMALL = 64
+"""Samples in one `append` from which it tries the column-wise path when the batch has few series: at
+least `_BULK_PER_SERIES` samples per key object (the dry-run's chunks of a few long series)."""
+_BULK_PER_SERIES = 16
 _BULK_MASKS = 16
 """Series in one bulk batch up to which each one's samples are found by a mask (beyond: by sorting)."""
 
@@ -216,7 +216,7 @@ class SeriesBuffer:
 
         `now` is the arrival time (the service's clock); a replay gives none.
         """
-        if isinstance(samples, list) and len(samples) >= _BULK_MIN:
+        if isinstance(samples, list) and len(samples) >= _BULK_SMALL:
             done = self._append_bulk(samples, now)
             if done is not None:
                 return []
@@ -273,23 +273,30 @@ class SeriesBuffer:
         """`append` column-wise, where the batch allows it (see the module docstring): True when done,
         None (and nothing changed) where it must go sample by sample."""
         try:
-            keys = list(map(_SERIES, samples))
-            all_times = array("d", map(_TIME, samples))  # as strict as Series.append: ints and floats only
-            all_steps = array("q", map(_STEP, samples))
-            all_values = array("d", map(_VALUE, samples))
-        except (TypeError, ValueError, OverflowError, AttributeError):
+            # The columns (a Sample is a tuple: series, time, step, value).
+            keys, time_col, step_col, value_col = zip(*samples, strict=True)
+        except (TypeError, ValueError):
+            return None
+        key_ids = array("Q", map(id, keys))
+        first_seen = dict(zip(key_ids, keys, strict=True))  # each key object, in order of appearance
+        if len(samples) < _BULK_MIN and len(first_seen) * _BULK_PER_SERIES > len(samples):
+            return None  # a small batch of many series: quicker sample by sample
+        try:  # as C arrays: as strict as Series.append (ints and floats only; a None step goes sample by sample)
+            all_times = array("d", time_col)
+            all_steps = array("q", step_col)
+            all_values = array("d", value_col)
+        except (TypeError, ValueError, OverflowError):
             return None
         times = np.frombuffer(all_times, np.float64)
         steps = np.frombuffer(all_steps, np.int64)
         values = np.frombuffer(all_values, np.float64)
         limit = MAX_TIME if now is None else min(MAX_TIME, now + self.limits.max_future_skew)
-        if not bool(np.all((times > -MAX_TIME) & (times <= limit))) or bool(np.any(steps == NO_STEP)):
+        if not bool(((times > -MAX_TIME) & (times <= limit)).all()) or bool((steps == NO_STEP).any()):
             return None
         groups: dict[SeriesKey, list[int]] = {}
-        first_seen = dict(zip(map(id, keys), keys, strict=True))  # each key object, in order of appearance
         for ident, key in first_seen.items():
             groups.setdefault(key, []).append(ident)
-        ids = np.fromiter(map(id, keys), np.uint64, len(keys)) if len(groups) > 1 else None
+        ids = np.frombuffer(key_ids, np.uint64) if len(groups) > 1 else None
         picks = [None] if ids is None else _group_rows(ids, groups)
         plan: list[tuple[SeriesKey, Series | None, Any]] = []
         new_lineages: set[SeriesKey] = set()
@@ -298,7 +305,7 @@ class SeriesBuffer:
         for key, rows in zip(groups, picks, strict=True):
             series = self._series.get(key)
             s = steps if rows is None else steps[rows]
-            if len(s) > 1 and not bool(np.all(s[1:] >= s[:-1])):
+            if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):
                 return None  # a restart inside the batch
             if series is not None:
                 if len(series.steps) > series.start and series.steps[-1] != NO_STEP and s[0] < series.steps[-1]:

@@ -7,8 +7,12 @@ Both call the same `evaluate`, so a dry-run answer is what the service would hav
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
+
+import numpy as np
 
 from alertd.buffer import MAX_TIME, BufferLimits, SeriesBuffer
 from alertd.model import Restart, Sample, SeriesKey, Transition, format_time, format_value
@@ -17,6 +21,7 @@ from alertd.runs import RunTracker
 
 CHUNK = 256
 """Samples fed between two evaluations. Results don't depend on it; memory and speed do."""
+_TIME = attrgetter("time")
 
 
 @dataclass
@@ -84,6 +89,28 @@ def _usable_times(samples: Iterable[Sample], buffer: SeriesBuffer) -> Iterator[S
             yield s._replace(time=time)
 
 
+def _in_time_order(samples: Iterable[Sample], buffer: SeriesBuffer, until: float | None) -> list[Sample]:
+    """The usable samples (`_usable_times`) up to `until`, sorted by time (a stable sort).
+
+    Where every time is usable (the common case) this is done on a column of the times: the same
+    samples in the same order as the sample-by-sample way, which any other input takes."""
+    batch = samples if type(samples) is list else list(samples)
+    try:
+        times = np.frombuffer(array("d", map(_TIME, batch)), np.float64)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        times = None
+    if times is None or not bool(((times > -MAX_TIME) & (times <= MAX_TIME)).all()):
+        usable = _usable_times(batch, buffer)
+        return sorted((s for s in usable if until is None or s.time <= until), key=_TIME)
+    if until is not None:
+        keep = np.flatnonzero(times <= until)
+        if len(keep) < len(batch):
+            batch, times = [batch[k] for k in keep.tolist()], times[keep]
+    if len(times) < 2 or bool((times[1:] >= times[:-1]).all()):
+        return list(batch)
+    return [batch[k] for k in np.argsort(times, kind="stable").tolist()]
+
+
 def _merged(samples: list[Sample], derived: list[Sample]) -> list[Sample]:
     return sorted(samples + derived, key=lambda s: s.time) if derived else samples
 
@@ -97,8 +124,7 @@ def replay(
 ) -> Iterator[Transition]:
     """Every transition the rules make over `samples` (sorted by time here), in time order."""
     run = Replay(ruleset, limits or BufferLimits(), stall_after=stall_after)
-    usable = _usable_times(samples, run.buffer)
-    ordered = sorted((s for s in usable if until is None or s.time <= until), key=lambda s: s.time)
+    ordered = _in_time_order(samples, run.buffer, until)
     span = run.limits.max_age / 4
     i = 0
     while i < len(ordered):

@@ -35,8 +35,12 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from alertd.model import Labels, Sample, SeriesKey, make_labels
 
@@ -54,6 +58,14 @@ MARKERS = frozenset({STARTED, FINISHED, CRASHED, EXIT_CODE, STOPPED})
 DERIVED = frozenset({STALLED, END})
 MAX_RUNS = 10_000
 """Runs tracked at most; the oldest ended ones are forgotten first."""
+_FAST_MIN = 32
+"""Samples in one `observe` from which it tries the column-wise path (`_observe_progress`)."""
+_SKIP = 0
+"""A series `observe` passes over (no `source` or `run` label, or a derived series)."""
+_OTHER = 1
+"""A series whose samples can change a run's state (markers, HF's summary): sample by sample only."""
+_KINDS_MAX = 65_536
+"""Key objects whose kind `observe` remembers (the memo is cleared beyond)."""
 
 
 class RunState(enum.Enum):
@@ -138,6 +150,8 @@ class RunTracker:
         self._next_tick = -math.inf
         """No run can stall before this time: `tick` looks at the runs only from then on."""
         self._tick_stall = stall_after
+        self._kinds: dict[int, tuple[SeriesKey, int | tuple[str, str]]] = {}
+        """id(key) -> (key, its kind: _SKIP, _OTHER or its run); holding the key keeps its id unique."""
 
     # inputs
 
@@ -147,8 +161,10 @@ class RunTracker:
         `now` (the service's clock): a run is live, and can stall on the tick, once one of its samples is
         younger than `stall_after` when it arrives; history read at start-up never stalls.
         """
+        batch = samples if type(samples) is list else list(samples)
+        if len(batch) >= _FAST_MIN and self._observe_progress(batch, now):
+            return []
         out: list[Sample] = []
-        batch = list(samples)
         crashing = {
             (s.series.label("source"), s.series.label("run"))
             for s in batch
@@ -255,6 +271,97 @@ class RunTracker:
 
     # internals
 
+    def _observe_progress(self, batch: list[Sample], now: float | None) -> bool:
+        """`observe` column-wise, for a batch of plain progress samples only: True when done (it derives
+        nothing then), False (and nothing changed) where it must go sample by sample.
+
+        It applies where every sample is a progress sample (no marker, no HF summary; samples `observe`
+        passes over may be there) of a run that is running (or new), all times finite and no gap over
+        `stall_after` in any run: then each sample only moves its run's first/last step and time, and
+        liveness, exactly as `_progress` and the live check of the loop do, one sample after the other.
+        """
+        try:  # the columns: a Sample is a tuple (series, time, step, value)
+            keys, time_col, step_col, _ = zip(*batch, strict=True)
+            times = np.frombuffer(array("d", time_col), np.float64)
+        except (TypeError, ValueError, OverflowError):
+            return False
+        if not bool(np.isfinite(times).all()):
+            return False
+        kinds = self._kinds
+        if len(kinds) > _KINDS_MAX:
+            kinds.clear()
+        ids = list(map(id, keys))
+        slots: dict[int, int] = {}
+        order: list[tuple[str, str]] = []
+        index: dict[tuple[str, str], int] = {}
+        skipped = False
+        for ident in dict.fromkeys(ids):
+            hit = kinds.get(ident)
+            if hit is None:
+                key = keys[ids.index(ident)]
+                hit = kinds[ident] = (key, _kind(key))
+            kind = hit[1]
+            if kind == _OTHER:
+                return False
+            if kind == _SKIP:
+                slots[ident], skipped = -1, True
+                continue
+            assert isinstance(kind, tuple)
+            slot = index.get(kind)
+            if slot is None:
+                slot = index[kind] = len(order)
+                order.append(kind)
+            slots[ident] = slot
+        if not order:
+            return True
+        runs = [self.runs.get(k) for k in order]
+        if any(r is not None and r.state is not RunState.RUNNING for r in runs):
+            return False
+        if len(self.runs) + sum(r is None for r in runs) >= MAX_RUNS:
+            return False
+        if len(order) == 1 and not skipped:
+            picks: list[Any] = [None]
+        else:
+            labels = np.fromiter(map(slots.__getitem__, ids), np.intp, len(ids))
+            picks = [np.flatnonzero(labels == slot) for slot in range(len(order))]
+        stall = self.stall_after
+        plans = []
+        for run, rows in zip(runs, picks, strict=True):
+            t = times if rows is None else times[rows]
+            prev = -math.inf if run is None else run.last_time
+            highs = np.maximum.accumulate(t)
+            if math.isfinite(prev) and t[0] - prev > stall:
+                return False  # a gap before the batch: the run stalled (sample by sample)
+            if len(t) > 1 and bool((t[1:] - np.maximum(highs[:-1], prev) > stall).any()):
+                return False  # a gap inside the batch
+            plans.append((t, prev, highs))
+        for (source, name), run, rows, (t, prev, highs) in zip(order, runs, picks, plans, strict=True):
+            if run is None:
+                run = self._run(source, name)
+            steps: Sequence[Any]
+            mine: Sequence[Any]
+            if rows is None:
+                steps, mine = step_col, time_col
+            else:
+                picked = rows.tolist()
+                steps, mine = [step_col[i] for i in picked], [time_col[i] for i in picked]
+            if None in steps:
+                steps = [x for x in steps if x is not None]
+            if steps:  # min and max keep the first of equal values, as the loop does
+                low, high = min(steps), max(steps)
+                run.first_step = low if run.first_step is None else min(run.first_step, low)
+                run.last_step = high if run.last_step is None else max(run.last_step, high)
+            run.first_time = min(run.first_time, mine[int(t.argmin())])
+            run.last_time = max(run.last_time, mine[int(t.argmax())])
+            first_live = 0 if run.live else -1
+            if now is not None and first_live < 0:
+                young = np.flatnonzero(now - t < stall)
+                if len(young):
+                    run.live, first_live = True, int(young[0])
+            if first_live >= 0:
+                self._next_tick = min(self._next_tick, max(prev, float(highs[first_live])) + stall)
+        return True
+
     def _run(self, source: str, name: str) -> Run:
         key = (source, name)
         r = self.runs.get(key)
@@ -324,3 +431,13 @@ class RunTracker:
             extra["exit_code"] = str(run.exit_code)
         labels = make_labels({**dict(run.labels), **extra})
         return Sample(SeriesKey(END, labels), t, run.last_step, 1.0)
+
+
+def _kind(key: SeriesKey) -> int | tuple[str, str]:
+    """How `observe` takes the samples of `key`: _SKIP, _OTHER, or the run whose progress they are."""
+    source, name, metric = key.label("source"), key.label("run"), key.metric
+    if source is None or name is None or metric in DERIVED:
+        return _SKIP
+    if metric in MARKERS or metric == HF_SUMMARY or metric.endswith("/" + HF_SUMMARY):
+        return _OTHER
+    return (source, name)
