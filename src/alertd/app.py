@@ -398,7 +398,10 @@ class Service:
         self._waking.discard(name)
         if name in self.sources and name in self._changed:
             self._last_wake[name] = asyncio.get_running_loop().time()
-            await self.poll_source(name, woken=True)
+            try:
+                await self.poll_source(name, woken=True)
+            except Exception:  # as a scheduled poll's would be: logged, and the service goes on
+                log.exception("reading source %s after a notification", name)
 
     def _spawn(self, coro: Any, what: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=what)

@@ -43,8 +43,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from alertd._np import np
 from alertd.model import Restart, Sample, SeriesKey
 
 log = logging.getLogger("alertd.buffer")

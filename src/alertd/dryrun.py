@@ -12,8 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-import numpy as np
-
+from alertd._np import np
 from alertd.buffer import MAX_TIME, BufferLimits, SeriesBuffer
 from alertd.model import Restart, Sample, SeriesKey, Transition, format_time, format_value
 from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate

@@ -40,8 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from alertd._np import np
 from alertd.model import Labels, Sample, SeriesKey, make_labels
 
 STALLED = "run.stalled"

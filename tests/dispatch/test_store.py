@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,21 @@ def test_notifications_round_trip_through_strict_json_with_nan_and_inf() -> None
     assert back.alerts[2].value == -math.inf
     assert back.alerts[1:] == n.alerts[1:]
     assert (back.key, back.group_labels, back.alerts[1].notify) == ("k1", (("run", "r1"),), ("stop",))
+
+
+def test_an_open_group_with_odd_times_round_trips_instead_of_failing_the_commit() -> None:
+    a, b = tr("nan", FIRING, 5.0), tr("nan", FIRING, 6.0, run="r2")
+    odd = {
+        "a": replace(a, time=-math.inf),
+        "b": replace(b, time=math.nan, active_at=math.inf),
+        "c": tr("nan", FIRING, 7.0, value=1.0),
+    }
+    text = codec.group_to_json("{}", (("rule", "nan"),), odd, math.inf)
+    assert "Infinity" not in text  # strict JSON
+    route, labels, alerts, next_flush = codec.group_from_json(text)
+    assert (route, labels, next_flush) == ("{}", (("rule", "nan"),), math.inf)
+    assert alerts["a"].time == -math.inf and math.isnan(alerts["b"].time) and alerts["b"].active_at == math.inf
+    assert alerts["c"] == odd["c"]
 
 
 def test_state_dir_honours_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -20,18 +20,23 @@ def _value(raw: Any) -> float:
     return float(raw)
 
 
+def _time(t: float | None) -> float | str | None:
+    """A time as JSON: a number, or the string of a NaN or infinite one (a source's odd time; never an error)."""
+    return t if t is None or math.isfinite(t) else format_value(t)
+
+
 def transition_to_dict(t: Transition) -> dict[str, Any]:
     """A transition as plain JSON types."""
     return {
         "rule": t.rule,
         "state": t.state.value,
-        "time": t.time,
+        "time": _time(t.time),
         "step": t.step,
         "value": format_value(t.value),
         "labels": [list(p) for p in t.labels],
         "severity": t.severity,
         "annotations": [list(p) for p in t.annotations],
-        "active_at": t.active_at,
+        "active_at": _time(t.active_at),
         "notify": list(t.notify),
     }
 
@@ -41,13 +46,13 @@ def transition_from_dict(d: dict[str, Any]) -> Transition:
     return Transition(
         rule=d["rule"],
         state=TransitionKind(d["state"]),
-        time=float(d["time"]),
+        time=_value(d["time"]),
         step=d["step"],
         value=_value(d["value"]),
         labels=tuple((str(k), str(v)) for k, v in d["labels"]),
         severity=d["severity"],
         annotations=tuple((str(k), str(v)) for k, v in d["annotations"]),
-        active_at=d["active_at"],
+        active_at=None if d["active_at"] is None else _value(d["active_at"]),
         notify=tuple(d["notify"]),
     )
 
@@ -86,7 +91,7 @@ def group_to_json(route_key: str, labels: Labels, alerts: Mapping[str, Transitio
         "route": route_key,
         "labels": [list(p) for p in labels],
         "alerts": {fp: transition_to_dict(t) for fp, t in alerts.items()},
-        "next_flush": next_flush,
+        "next_flush": _time(next_flush),
     }
     return json.dumps(doc, allow_nan=False, separators=(",", ":"))
 
@@ -96,4 +101,4 @@ def group_from_json(text: str) -> tuple[str, Labels, dict[str, Transition], floa
     d = json.loads(text)
     labels = tuple((str(k), str(v)) for k, v in d["labels"])
     alerts = {str(fp): transition_from_dict(a) for fp, a in d["alerts"].items()}
-    return str(d["route"]), labels, alerts, float(d["next_flush"])
+    return str(d["route"]), labels, alerts, _value(d["next_flush"])

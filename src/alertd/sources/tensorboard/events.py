@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import islice, repeat
 
-import numpy as np
 from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 
+from alertd._np import np
 from alertd.model import Sample, SeriesKey
 
 _FROM_STRING = event_pb2.Event.FromString

@@ -40,7 +40,8 @@ import struct
 from dataclasses import dataclass, field
 
 import google_crc32c
-import numpy as np
+
+from alertd._np import np
 
 _CRC = google_crc32c.value
 _MASK_DELTA = 0xA282EAD8
