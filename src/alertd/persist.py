@@ -32,7 +32,12 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tracks (rule TEXT, rule_fp TEXT, series TEXT, data TEXT, PRIMARY KEY (rule, series));
 CREATE TABLE IF NOT EXISTS cursors (source TEXT PRIMARY KEY, config_fp TEXT, data TEXT);
+CREATE TABLE IF NOT EXISTS cursor_items (source TEXT, item TEXT, data TEXT, PRIMARY KEY (source, item));
 """
+_ITEMS = '{"__items__": true}'
+"""A cursor's `data` when the cursor is a mapping kept item by item in `cursor_items` (one row per file:
+a commit writes the files whose position changed, not the position of every file)."""
+_GONE = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +95,7 @@ class StateStore:
         if self._full:
             db.execute("DELETE FROM tracks")
             db.execute("DELETE FROM cursors")
+            db.execute("DELETE FROM cursor_items")
             old_tracks: dict[PairKey, Track] = {}
             old_fps: dict[str, str] = {}
             old_cursors: dict[str, tuple[str, str, object]] = {}
@@ -123,10 +129,18 @@ class StateStore:
         cursors: dict[str, tuple[str, str, object]] = {}
         for name, (fp, c) in snap.cursors.items():
             old = old_cursors.get(name)
-            # a source hands the same object while its position is unchanged: serialised once
-            cursors[name] = old if old is not None and old[2] is c and old[0] == fp else (fp, json.dumps(c), c)
+            if old is not None and old[2] is c and old[0] == fp:
+                cursors[name] = old  # a source hands the same object while its position is unchanged
+            elif isinstance(c, dict) and all(type(k) is str for k in c):
+                cursors[name] = (fp, _ITEMS, c)
+                _write_items(db, name, c, old[2] if old is not None and old[1] == _ITEMS else None)
+            else:
+                cursors[name] = (fp, json.dumps(c), c)
+                if old is not None and old[1] == _ITEMS:
+                    db.execute("DELETE FROM cursor_items WHERE source = ?", (name,))
         for name in old_cursors.keys() - cursors.keys():
             db.execute("DELETE FROM cursors WHERE source = ?", (name,))
+            db.execute("DELETE FROM cursor_items WHERE source = ?", (name,))
         for name, row in cursors.items():
             old = old_cursors.get(name)
             if old is None or old[:2] != row[:2]:
@@ -150,9 +164,13 @@ class StateStore:
     def load_cursors(self) -> dict[str, tuple[str, Any]]:
         """The stored source cursors by source name, each with the fingerprint of the source's config."""
         out = {}
-        for name, fp, data in self.db.execute("SELECT source, config_fp, data FROM cursors"):
+        for name, fp, data in list(self.db.execute("SELECT source, config_fp, data FROM cursors")):
             try:
-                out[name] = (fp, json.loads(data))
+                if data == _ITEMS:
+                    rows = self.db.execute("SELECT item, data FROM cursor_items WHERE source = ?", (name,))
+                    out[name] = (fp, {item: json.loads(value) for item, value in rows})
+                else:
+                    out[name] = (fp, json.loads(data))
             except ValueError:
                 log.warning("state: dropped an unreadable cursor of source %s", name)
         return out
@@ -206,3 +224,18 @@ def _track(data: dict[str, Any]) -> Track:
     tr.value = float(data["value"])
     tr.annotations = tuple((str(k), str(v)) for k, v in data["annotations"])
     return tr
+
+
+def _write_items(db: sqlite3.Connection, name: str, cursor: dict[str, Any], old: object) -> None:
+    """Write a mapping cursor item by item: only the items that differ from the last committed one's."""
+    if not isinstance(old, dict):
+        db.execute("DELETE FROM cursor_items WHERE source = ?", (name,))
+        old = {}
+    changed = []
+    for item, value in cursor.items():
+        before = old.get(item, _GONE)
+        if before is not value and before != value:
+            changed.append((name, item, json.dumps(value)))
+    db.executemany("INSERT OR REPLACE INTO cursor_items VALUES (?, ?, ?)", changed)
+    gone = old.keys() - cursor.keys()
+    db.executemany("DELETE FROM cursor_items WHERE source = ? AND item = ?", [(name, item) for item in gone])

@@ -44,3 +44,25 @@ def test_committing_only_the_changed_tracks_keeps_the_store_equal_to_the_state(s
     expected = {p: json.dumps(_track_data(t)) for p, t in state.tracks.items() if _worth_keeping(t)}  # NaN as text
     assert expected  # the rules did keep some tracks
     assert {p: json.dumps(_track_data(t)) for p, t in store.load_tracks(fps).items()} == expected
+
+
+def test_a_cursor_of_many_files_is_written_file_by_file_and_read_back_whole() -> None:
+    store = StateStore(sqlite3.connect(":memory:"))
+
+    def commit(cursors: dict[str, tuple[str, object]]) -> int:
+        before = store.db.total_changes
+        with store.db:
+            store.writer(Snapshot({}, {}, cursors, 0.0, frozenset()))(store.db)
+        store.committed()
+        return store.db.total_changes - before
+
+    files = {f"run{i}/events.out.tfevents.{i}": [i * 100, 4096, i] for i in range(1000)}
+    assert commit({"tb": ("fp", files), "s": ("fp2", {"offset": 5, "line": 1})}) > 1000
+    moved = dict(files)
+    moved["run7/events.out.tfevents.7"] = [999, 4096, 7]
+    del moved["run8/events.out.tfevents.8"]
+    rows = commit({"tb": ("fp", moved), "s": ("fp2", {"offset": 5, "line": 1})})
+    assert rows <= 4  # the file that moved, the file gone, the time of the commit: not 1,000 rows
+    assert store.load_cursors() == {"tb": ("fp", moved), "s": ("fp2", {"offset": 5, "line": 1})}
+    store.db.execute("INSERT OR REPLACE INTO cursors VALUES ('old', 'fp3', '[1, 2]')")  # an earlier version's
+    assert store.load_cursors()["old"] == ("fp3", [1, 2])
