@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 import operator
+from array import array
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import median
 from typing import Literal, Protocol
 
+from alertd._np import np
 from alertd.buffer import Series
 
 OPS: dict[str, Callable[[float, float], bool]] = {
@@ -88,6 +90,24 @@ class Trend:
         return self.direction + (f" (min_delta {self.min_delta:g})" if self.min_delta else "")
 
 
+_COLUMN_MIN = 64
+"""Window length from which a spike's median is taken on a numpy view (the same value, 5-10x faster)."""
+
+
+def _median_of_finite(values: array[float], lo: int, hi: int, min_samples: int) -> float | None:
+    """`statistics.median` of the finite values in `values[lo:hi]` (None when fewer than `min_samples`):
+    numpy's median of the same numbers is the same float (the middle one, or the two middle ones'
+    sum halved)."""
+    view = np.frombuffer(values, dtype=np.float64, count=hi)[lo:hi]
+    try:
+        window = view[np.isfinite(view)]
+    finally:
+        del view  # the array may grow again only once no view of its buffer is left
+    if len(window) < min_samples:
+        return None
+    return float(np.median(window))
+
+
 @dataclass(frozen=True, slots=True)
 class Spike:
     """latest / baseline >= ratio (up) or <= ratio (down); the baseline is the median or mean of the
@@ -107,6 +127,8 @@ class Spike:
             lo = bisect_left(series.times, series.times[i] - self.seconds, series.start, i)
         else:
             lo = max(series.start, i - (self.samples or 0))
+        if self.stat == "median" and i - lo >= _COLUMN_MIN:
+            return _median_of_finite(values, lo, i, self.min_samples)
         window = [v for v in values[lo:i] if math.isfinite(v)]
         if len(window) < self.min_samples:
             return None
