@@ -54,5 +54,5 @@ class SourceHealth:
             log.info("source %s recovered after %d failed polls", self.name, self.failures, extra={"source": self.name})
         self.failures, self.last_error, self.last_poll = 0, None, now
         self.samples += len(samples)
-        if samples:
-            self.lag = now - max(s.time for s in samples)
+        if samples:  # a sample stamped after the poll began (its writer's clock ran on) is no lag at all
+            self.lag = max(0.0, now - max(s.time for s in samples))
