@@ -51,11 +51,12 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.compat.proto import event_pb2
 
 from alertd.app import HOUSEKEEPING_EVERY
 from alertd.sources.tensorboard.tfrecord import frame
 from alertd.testing.receiver import Receiver
+from alertd.testing.tbwriter import scalar_record
 
 INTERVAL = 1.0
 RESCAN = "60s"
@@ -80,8 +81,7 @@ rules:
 
 def record(value: float, step: int) -> bytes:
     """One framed event record holding the scalar `train/loss`."""
-    summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag="train/loss", simple_value=value)])
-    return frame(event_pb2.Event(wall_time=time.time(), step=step, summary=summary).SerializeToString())
+    return scalar_record("train/loss", value, step)
 
 
 FILE_HEAD = frame(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())

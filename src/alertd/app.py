@@ -151,6 +151,8 @@ class Service:
         self._waking: set[str] = set()
         self._last_wake: dict[str, float] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._watcher_error = ""
+        """Why file-system notifications cannot be had at all (empty: they can)."""
         self._writer_claims: dict[str, list[WriterClaim]] = {}
         self._reloading = False
         self._next_save = float("-inf")
@@ -292,9 +294,7 @@ class Service:
 
     def _close_later(self, thing: Source | Notifier) -> None:
         """Close a source or notifier that a reload replaced, without waiting for it here."""
-        task = asyncio.get_running_loop().create_task(_quietly(thing.aclose()))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        self._spawn(_quietly(thing.aclose()), "close", keep=self._closing)
 
     def _schedule_source(self, name: str) -> None:
         """Poll the source at its interval from now; a file source that can be notified is then watched,
@@ -403,10 +403,13 @@ class Service:
             except Exception:  # as a scheduled poll's would be: logged, and the service goes on
                 log.exception("reading source %s after a notification", name)
 
-    def _spawn(self, coro: Any, what: str) -> None:
+    def _spawn(self, coro: Any, what: str, *, keep: set[asyncio.Task[Any]] | None = None) -> None:
+        """Run `coro` as a task held in `keep` until it ends (default: the watching and wake-up tasks, which
+        shutdown cancels; reloads and closings are left to finish)."""
+        tasks = self._tasks if keep is None else keep
         task = asyncio.get_running_loop().create_task(coro, name=what)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     def _notifier(self, name: str, cfg: object) -> Notifier:
         if isinstance(cfg, KillConfig):
@@ -649,7 +652,6 @@ class Service:
             await self._shutdown(deliveries)
 
     def _start_watcher(self) -> None:
-        self._watcher_error = ""
         try:
             self.watcher = FsWatcher(self._on_change)
         except Unavailable as exc:
@@ -682,9 +684,7 @@ class Service:
 
     def reload_later(self) -> None:
         """Start a reload without waiting for it (SIGHUP)."""
-        task = asyncio.get_running_loop().create_task(self.reload(), name="reload")
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        self._spawn(self.reload(), "reload", keep=self._closing)
 
     def run_exited(self, source: str, run: str, status: int) -> None:
         """A run's process (alertd's own child) exited with `status`: its end, evaluated at once."""

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import shutil
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +14,8 @@ from pathlib import Path
 import pytest
 from service_helpers import Alertd, wait_for
 
-from alertd.sources.tensorboard.tfrecord import frame
 from alertd.testing.receiver import Receiver, free_port
-from alertd.testing.tbwriter import ScalarWriter
+from alertd.testing.tbwriter import ScalarWriter, scalar_record
 
 RULES = """
 sources:
@@ -86,25 +84,17 @@ def test_a_logdir_made_later_and_one_deleted_and_made_again_are_followed(tmp_pat
         alertd.stop()
 
 
-def event(step: int, value: float) -> bytes:
-    """One framed event with one scalar, byte for byte as TensorBoard's writer writes it."""
-    from tensorboard.compat.proto import event_pb2, summary_pb2
-
-    summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag="train/loss", simple_value=value)])
-    return frame(event_pb2.Event(wall_time=time.time(), step=step, summary=summary).SerializeToString())
-
-
 def test_a_burst_of_writes_is_read_in_a_few_reads_not_one_per_write(tmp_path: Path, receiver: Receiver) -> None:
     run = tmp_path / "runs" / "a"
     run.mkdir(parents=True)
     path = run / "events.out.tfevents.1780000000.host.1.0"
-    path.write_bytes(event(0, 1.0))
+    path.write_bytes(scalar_record("train/loss", 1.0, 0))
     port = free_port()
     alertd = start(tmp_path, receiver, "--listen", f"127.0.0.1:{port}")
     try:
         wait_for(lambda: source_info(port)["samples"] == 1, "the first sample", 10, alertd)
         before = source_info(port)["reads"]
-        records = [event(step, 1.0 / step) for step in range(1, 1001)]
+        records = [scalar_record("train/loss", 1.0 / step, step) for step in range(1, 1001)]
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         try:
             for record in records:  # 1,000 flushes, as a writer flushing after every scalar makes them

@@ -110,9 +110,9 @@ class _Run:
         self.buffer = buffer
         self.tracks: Mapping[PairKey, Track] = prev.tracks  # copied on the first change (_tracks_w)
         self.timers: Mapping[PairKey, float] = prev.timers  # copied on the first change (_timers_w)
-        self._own: set[str] = set()
-        if in_place:  # the caller drops `prev`: change its mappings instead of copies of them
-            self._own = {n for n, m in (("tracks", prev.tracks), ("timers", prev.timers)) if type(m) is dict}
+        # True once the mapping is this evaluation's own to change (copied, or handed over: `in_place`)
+        self._own_tracks = in_place and type(prev.tracks) is dict
+        self._own_timers = in_place and type(prev.timers) is dict
         self.written: set[PairKey] = set()
         self.prev = prev
         self.transitions: list[Transition] = []
@@ -210,16 +210,16 @@ class _Run:
     def _tracks_w(self) -> dict[PairKey, Track]:
         """The tracks, to change: a copy of the previous state's, made once (an evaluation that changes no
         track hands the same mapping on)."""
-        if "tracks" not in self._own:
+        if not self._own_tracks:
             self.tracks = dict(self.tracks)
-            self._own.add("tracks")
+            self._own_tracks = True
         return self.tracks  # type: ignore[return-value]
 
     def _timers_w(self) -> dict[PairKey, float]:
         """The timers, to change (copied once, as the tracks)."""
-        if "timers" not in self._own:
+        if not self._own_timers:
             self.timers = dict(self.timers)
-            self._own.add("timers")
+            self._own_timers = True
         return self.timers  # type: ignore[return-value]
 
 

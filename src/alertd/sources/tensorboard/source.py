@@ -280,12 +280,7 @@ class TensorBoardSource:
     def read_new(self) -> list[Sample]:
         """One full poll, synchronously: find new runs and files, then read every file's new bytes."""
         with self._lock:
-            out: list[Sample] = []
-            if not self._discover():
-                return out
-            self._fresh = []
-            self._read_tails(self._ordered, out)
-            return out
+            return self._read_all()
 
     def read_changed(self, paths: frozenset[str]) -> list[Sample]:
         """Read only what `paths` name: event files (their new bytes), directories (listed again for new
@@ -293,10 +288,7 @@ class TensorBoardSource:
         to the logdir itself (it appeared, or was replaced) is a full poll."""
         with self._lock:
             if self._waiting or self._root not in self._dirs or self._root in paths:
-                out: list[Sample] = []
-                if self._discover():
-                    self._read_tails(self._ordered, out)
-                return out
+                return self._read_all()
             self._fresh = []
             touched: list[_Tail] = []
             prefix = self._root + os.sep
@@ -312,12 +304,23 @@ class TensorBoardSource:
                     self._found(path)
             touched += self._fresh
             self._fresh = []
-            if self._unsorted:
-                self._ordered = sorted(self._tails.values(), key=lambda t: t.order)
-                self._unsorted = False
-            out = []
+            self._sort()
+            out: list[Sample] = []
             self._read_tails(sorted(set(touched), key=lambda t: t.order), out)
             return out
+
+    def _read_all(self) -> list[Sample]:
+        """A full poll (the lock held): find new runs and files, then read every file's new bytes."""
+        out: list[Sample] = []
+        if self._discover():
+            self._fresh = []
+            self._read_tails(self._ordered, out)
+        return out
+
+    def _sort(self) -> None:
+        if self._unsorted:
+            self._ordered = sorted(self._tails.values(), key=lambda t: t.order)
+            self._unsorted = False
 
     def _read_tails(self, tails: Sequence[_Tail], out: list[Sample]) -> None:
         for tail in list(tails):
@@ -351,7 +354,12 @@ class TensorBoardSource:
             st = os.stat(path)
         except OSError:
             return
-        if stat.S_ISDIR(st.st_mode) and self._add_dir(path, st):
+        if stat.S_ISDIR(st.st_mode):
+            self._enter(path, st)
+
+    def _enter(self, path: str, st: os.stat_result) -> None:
+        """A directory not listed yet: remember it and list it (once, whatever links lead to it)."""
+        if self._add_dir(path, st):
             d = self._dirs[path]
             d.mtime_ns = st.st_mtime_ns
             self._list(d)
@@ -463,9 +471,7 @@ class TensorBoardSource:
                 d.relist = changed
                 d.mtime_ns = st.st_mtime_ns
                 self._list(d)
-        if self._unsorted:
-            self._ordered = sorted(self._tails.values(), key=lambda t: t.order)
-            self._unsorted = False
+        self._sort()
         return True
 
     def _add_dir(self, path: str, st: os.stat_result) -> bool:
@@ -505,10 +511,7 @@ class TensorBoardSource:
                 st = entry.stat()
             except OSError:
                 continue
-            if self._add_dir(entry.path, st):
-                sub = self._dirs[entry.path]
-                sub.mtime_ns = st.st_mtime_ns
-                self._list(sub)
+            self._enter(entry.path, st)
 
     def _add_file(self, path: str) -> None:
         rel = os.path.relpath(path, self._root).replace(os.sep, "/")
