@@ -112,8 +112,8 @@ class Transition:
 
     @property
     def fingerprint(self) -> str:
-        """A stable identity of the alert (rule and labels), as Alertmanager's fingerprint."""
-        return alert_fingerprint(self.rule, self.labels)
+        """The alert's identity: Alertmanager's fingerprint of its labels, `alertname` and `severity` included."""
+        return alert_fingerprint(self.rule, self.labels, self.severity)
 
     @property
     def since(self) -> float:
@@ -144,12 +144,40 @@ class Alert:
 
     @property
     def fingerprint(self) -> str:
-        """A stable identity of the alert (rule and labels)."""
-        return alert_fingerprint(self.rule, self.labels)
+        """The alert's identity: Alertmanager's fingerprint of its labels, `alertname` and `severity` included."""
+        return alert_fingerprint(self.rule, self.labels, self.severity)
 
 
-def alert_fingerprint(rule: str, labels: Labels) -> str:
-    """A 16-hex-digit FNV-1a hash of the rule and its labels: stable across runs and machines."""
+def am_labels(rule: str, labels: Labels, severity: str) -> Labels:
+    """The alert's labels as Alertmanager knows them: its own, `alertname` (the rule's name) and, when the
+    rule sets one, `severity`. The webhook body shows these and the fingerprint is taken over them."""
+    out = dict(labels)
+    out["alertname"] = rule
+    if severity:
+        out["severity"] = severity
+    return tuple(sorted(out.items()))
+
+
+def labels_fingerprint(labels: Iterable[tuple[str, str]]) -> str:
+    """Alertmanager's fingerprint (`model.LabelSet.Fingerprint` of prometheus/common): FNV-1a 64 over the
+    labels sorted by name, each name and value followed by a 0xff byte; 16 hex digits."""
+    h = 0xCBF29CE484222325
+    for name, value in sorted(labels):
+        for part in (name, value):
+            for byte in part.encode() + b"\xff":
+                h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def alert_fingerprint(rule: str, labels: Labels, severity: str = "") -> str:
+    """The alert's identity: Alertmanager's fingerprint of `am_labels(rule, labels, severity)`, so the same
+    alert has the same fingerprint here, in alertd's webhook bodies and in a real Alertmanager."""
+    return labels_fingerprint(am_labels(rule, labels, severity))
+
+
+def legacy_fingerprint(rule: str, labels: Labels) -> str:
+    """The fingerprint alertd used before it took Alertmanager's (rule and labels; no severity): kept only
+    to read a state directory written by an older alertd (`alertd.dispatch.plan.migrate_fingerprints`)."""
     h = 0xCBF29CE484222325
     for part in (rule, *(f"{k}\x00{v}" for k, v in labels)):
         for byte in part.encode() + b"\xff":

@@ -24,6 +24,7 @@ from alertd.dispatch.plan import (
     PlanState,
     Suppressed,
     changed_groups,
+    migrate_log,
     plan,
     restore_groups,
 )
@@ -57,7 +58,7 @@ class Dispatcher:
         self.outbox = outbox
         self.delivery = Delivery(outbox, notifiers, backoff=backoff, rng=rng, max_retry_after=max_retry_after)
         groups = restore_groups(outbox.load_groups(), route)
-        self._state = PlanState(groups, outbox.load_log())
+        self._state = PlanState(groups, migrate_log(outbox.load_log(), groups))
         self._next_plan: float | None = min((g.next_flush for g in groups.values()), default=None)
         self.last_plan: Plan | None = None
 

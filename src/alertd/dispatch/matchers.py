@@ -1,8 +1,9 @@
 """Label matchers and silences, as in Alertmanager (pure: no I/O, no clock reads).
 
-An alert is matched on its labels plus three it carries by nature: `severity`, `rule` and `alertname`
-(the same as `rule`, so Alertmanager habits work). A label the alert lacks has the value "" for matching,
-so `team!="ml"` matches an alert with no `team` label, as in Alertmanager.
+An alert is matched on its labels plus three it carries by nature: `alertname` (the rule's name, as the
+webhook body and the fingerprint have it), `severity` (the rule's) and `rule` (the same as `alertname`).
+A label the alert lacks has the value "" for matching, so `team!="ml"` matches an alert with no `team`
+label, as in Alertmanager.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from alertd.model import Labels
+from alertd.model import Labels, am_labels
 from alertd.userregex import UserRegex, compile_user_regex
 
 _MATCHER = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(=~|!~|!=|=)\s*(?:"((?:[^"\\]|\\.)*)"|(.*?))\s*$')
@@ -87,12 +88,10 @@ def equality_matchers(match: Mapping[str, str], match_re: Mapping[str, str] | No
 
 
 def alert_label_map(rule: str, labels: Labels, severity: str) -> dict[str, str]:
-    """The labels an alert is matched on: its own plus `severity`, `rule` and `alertname`."""
-    out = dict(labels)
-    if severity:
-        out.setdefault("severity", severity)
+    """The labels an alert is matched on: Alertmanager's (`alertd.model.am_labels`: its own, `alertname`
+    and `severity`) plus `rule`, the same as `alertname`."""
+    out = dict(am_labels(rule, labels, severity))
     out.setdefault("rule", rule)
-    out.setdefault("alertname", rule)
     return out
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from alertd.dispatch.codec import group_from_json, group_to_json
 from alertd.dispatch.matchers import Silence, alert_label_map
 from alertd.dispatch.routes import InhibitRule, Route, bypass_route
-from alertd.model import Alert, AlertState, Labels, Notification, Transition, TransitionKind
+from alertd.model import Alert, AlertState, Labels, Notification, Transition, TransitionKind, legacy_fingerprint
 
 LogKey = tuple[str, str]
 """(group key, receiver): one notification-log entry."""
@@ -151,6 +151,7 @@ def restore_groups(saved: Mapping[str, str], root: Route) -> dict[str, Group]:
     groups: dict[str, Group] = {}
     for key, text in saved.items():
         route_key, labels, alerts, next_flush = group_from_json(text)
+        alerts = {t.fingerprint: t for t in alerts.values()}  # keys written by an older alertd: recomputed
         route = routes.get(route_key)
         if route is None and route_key.startswith("notify:"):
             route = bypass_route(root, tuple(route_key.removeprefix("notify:").split(",")))
@@ -160,6 +161,25 @@ def restore_groups(saved: Mapping[str, str], root: Route) -> dict[str, Group]:
         for t in alerts.values():
             _insert(groups, t, root, next_flush)
     return groups
+
+
+def migrate_log(log: Mapping[LogKey, LogEntry], groups: Mapping[str, Group]) -> dict[LogKey, LogEntry]:
+    """The notification log with fingerprints an older alertd wrote (`alertd.model.legacy_fingerprint`)
+    replaced by today's, for every alert an open group holds: after an upgrade an alert already sent is
+    not sent again as if it were new. Fingerprints already today's are left as they are."""
+    old_to_new = {
+        legacy_fingerprint(t.rule, t.labels): fp
+        for g in groups.values()
+        for fp, t in g.alerts.items()
+        if legacy_fingerprint(t.rule, t.labels) != fp
+    }
+    if not old_to_new:
+        return dict(log)
+
+    def renamed(fps: frozenset[str]) -> frozenset[str]:
+        return frozenset(old_to_new.get(fp, fp) for fp in fps)
+
+    return {k: replace(e, firing=renamed(e.firing), resolved=renamed(e.resolved)) for k, e in log.items()}
 
 
 def _routes_for(t: Transition, labels: Mapping[str, str], root: Route) -> list[Route]:
