@@ -17,12 +17,24 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_v
 
 from alertd.buffer import BufferLimits
 from alertd.config_types import Duration, Strict
+from alertd.config_windows import PlateauSpec, ZScoreSpec, is_window_condition, window_condition
 from alertd.dispatch.route_config import InhibitRuleConfig, RouteConfig
 from alertd.durations import parse_duration
 from alertd.errors import ConfigError, Problem
 from alertd.model import make_labels
 from alertd.notify.config import LogConfig, NotifierConfig
-from alertd.rules.conditions import OPS, Absent, Condition, Nonfinite, Spike, Threshold, Trend
+from alertd.rules.conditions import (
+    OPS,
+    Absent,
+    Condition,
+    Nonfinite,
+    Span,
+    Spike,
+    Threshold,
+    Trend,
+    WindowAggregate,
+    ZScore,
+)
 from alertd.rules.rule import LabelMatcher, Rule
 from alertd.rules.templates import TemplateError, parse_template
 from alertd.sources.config import SourceConfig
@@ -117,9 +129,12 @@ def _condition_from_mapping(value: Mapping[str, Any]) -> Condition:
         if value["op"] not in OPS:
             raise ValueError(f"op must be one of {', '.join(OPS)}, got {value['op']!r}")
         return Threshold(value["op"], _threshold_value(value["value"]))
+    if is_window_condition(keys):
+        return window_condition(value)
     if len(keys) != 1:
         raise ValueError(
-            "a condition mapping has one key (spike, absent, increasing, decreasing) or op and value, "
+            "a condition mapping has one key (spike, absent, increasing, decreasing, zscore, plateau), "
+            "an aggregate (avg, min, max, sum, count, stddev, quantile) with op and value, or op and value, "
             f"got {sorted(keys)}"
         )
     ((kind, spec),) = value.items()
@@ -134,7 +149,14 @@ def _condition_from_mapping(value: Mapping[str, Any]) -> Condition:
         return Trend(kind, TrendSpec.model_validate(spec or {}).min_delta)  # type: ignore[arg-type]
     if kind == "nonfinite":
         return Nonfinite()
-    raise ValueError(f"unknown condition {kind!r}: use spike, absent, increasing, decreasing, nonfinite or op/value")
+    if kind == "zscore":
+        return ZScoreSpec.model_validate(spec if spec is not None else {}).build()
+    if kind == "plateau":
+        return PlateauSpec.model_validate(spec if spec is not None else {}).build()
+    raise ValueError(
+        f"unknown condition {kind!r}: use spike, absent, increasing, decreasing, nonfinite, zscore, plateau, "
+        "an aggregate (avg, min, max, sum, count, stddev, quantile) or op/value"
+    )
 
 
 class RuleConfig(Strict):
@@ -445,9 +467,28 @@ def _check_windows(
             if cond.seconds is not None and cond.seconds > buffer.max_age:
                 msg = f"the baseline of {cond.seconds:g}s is longer than buffer.max_age ({buffer.max_age:g}s)"
                 problems.append(_place(_doc(parsed, file), ("rules", i, "condition"), msg))
+        need = _window_needs(cond)
+        if need is not None and need[0] > buffer.max_samples:
+            msg = f"{need[2]} needs buffer.max_samples of at least {need[0]} (now {buffer.max_samples})"
+            problems.append(_place(_doc(parsed, file), ("rules", i, "condition"), msg))
+        if need is not None and need[1] > buffer.max_age:
+            msg = f"{need[2]} reaches back {need[1]:g}s, longer than buffer.max_age ({buffer.max_age:g}s)"
+            problems.append(_place(_doc(parsed, file), ("rules", i, "condition"), msg))
         if rule.consecutive > buffer.max_samples:
             problems.append(_place(_doc(parsed, file), ("rules", i, "consecutive"), "more than buffer.max_samples"))
     return problems
+
+
+def _window_needs(cond: Condition) -> tuple[int, float, str] | None:
+    """What a windowed condition needs the buffer to hold: samples, seconds, and the window's words."""
+    if isinstance(cond, WindowAggregate):
+        spans = (cond.over, cond.baseline) if cond.baseline is not None else (cond.over,)
+        words = "the window" if cond.baseline is None else "the window and its baseline"
+    elif isinstance(cond, ZScore):
+        spans, words = (cond.over, Span(samples=1) if cond.over.samples is not None else Span(seconds=0.0)), "zscore"
+    else:
+        return None
+    return sum(s.samples or 0 for s in spans), sum(s.seconds or 0.0 for s in spans), words
 
 
 def redacted(model: BaseModel) -> dict[str, Any]:

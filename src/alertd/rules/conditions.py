@@ -2,31 +2,39 @@
 
 A condition sees the series' arrays and the index of the sample being judged; everything before
 that index is its history. Non-finite values never compare true (use `Nonfinite` for them) and are
-left out of spike baselines.
+left out of spike baselines. The windowed conditions (aggregates over a window, z-score, plateau) live
+in `rules/windows.py` and `rules/plateau.py`.
 """
 
 from __future__ import annotations
 
 import math
-import operator
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import median
 from typing import Literal, Protocol
 
 from alertd._np import np
 from alertd.buffer import Series
+from alertd.rules.compare import OPS
+from alertd.rules.plateau import Plateau
+from alertd.rules.windows import AGGREGATES, Span, WindowAggregate, ZScore
 
-OPS: dict[str, Callable[[float, float], bool]] = {
-    ">": operator.gt,
-    ">=": operator.ge,
-    "<": operator.lt,
-    "<=": operator.le,
-    "==": operator.eq,
-    "!=": operator.ne,
-}
+__all__ = [
+    "AGGREGATES",
+    "OPS",
+    "Absent",
+    "Condition",
+    "Nonfinite",
+    "Plateau",
+    "Span",
+    "Spike",
+    "Threshold",
+    "Trend",
+    "WindowAggregate",
+    "ZScore",
+]
 
 
 class Condition(Protocol):

@@ -1,0 +1,279 @@
+"""Windowed conditions: an aggregate over a window of a series compared with a value or with the same
+aggregate over the window before it, and the z-score of a value against the window before it.
+
+Windows: `N samples` (the judged sample and the N-1 before it: judged only once the buffer holds N
+samples up to the judged one) or a duration `D` (the samples whose time is in (t-D, t], t the judged
+sample's time: left-open, as Prometheus' range selectors). Aggregates see only the window's finite
+values; `min_samples` of them are needed (default 1; 0 for `count`).
+
+Exact: sums are kept as Python ints (each value scaled by 2**1074, which makes every double an
+integer), so a mean or a standard deviation is the correctly rounded value of the exact one, and a
+running state advanced sample by sample is the same, bit for bit, as one rebuilt from the window.
+Cost per judged sample: the values that enter and leave the window (plus, for min/max/quantile, a
+binary search and a move of at most the window's length of 8-byte floats in a sorted array).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_left, bisect_right, insort
+from dataclasses import dataclass, field
+from typing import Literal
+
+from alertd.buffer import Series
+from alertd.rules.compare import OPS
+from alertd.rules.memo import Memo
+
+SHIFT = 1074
+"""2**1074 times a double is an integer (the smallest subnormal is 2**-1074)."""
+
+Aggregate = Literal["avg", "min", "max", "sum", "count", "stddev", "quantile"]
+AGGREGATES: tuple[str, ...] = ("avg", "min", "max", "sum", "count", "stddev", "quantile")
+_ORDERED = frozenset({"min", "max", "quantile"})
+
+
+def exact(v: float) -> int:
+    """`v` (finite) times 2**1074, an exact integer."""
+    n, d = v.as_integer_ratio()
+    return n << (SHIFT + 1 - d.bit_length())
+
+
+def _div(a: int, b: int) -> float:
+    """a / b correctly rounded; ±inf beyond the doubles' range."""
+    try:
+        return a / b
+    except OverflowError:
+        return math.copysign(math.inf, a) if b > 0 else math.copysign(math.inf, -a)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A window's length: `samples` samples or `seconds` seconds (exactly one is set)."""
+
+    samples: int | None = None
+    seconds: float | None = None
+
+    def describe(self) -> str:
+        """`20 samples`, `300s`."""
+        return f"{self.samples} samples" if self.samples is not None else f"{self.seconds:g}s"
+
+
+class Running:
+    """The finite values at the absolute positions [lo, hi) of one series: their count, their exact sum
+    (and sum of squares), and (for min, max, quantile) the values themselves, sorted."""
+
+    __slots__ = ("count", "hi", "lo", "ordered", "squares", "total")
+
+    def __init__(self, squares: bool, ordered: bool) -> None:
+        self.lo = self.hi = -1
+        self.count = self.total = 0
+        self.squares: int | None = 0 if squares else None
+        self.ordered: array[float] | None = array("d") if ordered else None
+
+    def move(self, series: Series, lo: int, hi: int) -> None:
+        """Make this the window of array indices [lo, hi) of `series` (advanced when that is cheaper than
+        a rebuild and the values leaving are still in the buffer; rebuilt otherwise: the same result)."""
+        off = series.base - series.start
+        plo, phi = lo + off, hi + off
+        if (
+            self.lo < 0
+            or plo < self.lo
+            or phi < self.hi
+            or self.lo < series.base
+            or plo > self.hi
+            or (plo - self.lo) + (phi - self.hi) > phi - plo
+        ):
+            self._rebuild(series, lo, hi)
+        else:
+            values = series.values
+            for i in range(self.lo - off, lo):
+                self._change(values[i], -1)
+            for i in range(self.hi - off, hi):
+                self._change(values[i], 1)
+        self.lo, self.hi = plo, phi
+
+    def _rebuild(self, series: Series, lo: int, hi: int) -> None:
+        self.count = self.total = 0
+        if self.squares is not None:
+            self.squares = 0
+        if self.ordered is not None:
+            del self.ordered[:]
+        values = series.values
+        for i in range(lo, hi):
+            self._change(values[i], 1)
+
+    def _change(self, v: float, sign: int) -> None:
+        if v - v != 0.0:  # NaN, ±Inf: left out
+            return
+        x = exact(v)
+        self.count += sign
+        self.total += sign * x
+        if self.squares is not None:
+            self.squares += sign * x * x
+        if self.ordered is not None:
+            if sign > 0:
+                insort(self.ordered, v)
+            else:
+                del self.ordered[bisect_left(self.ordered, v)]
+
+    def mean(self) -> float:
+        """The mean (count > 0)."""
+        return self.total / (self.count << SHIFT)
+
+    def stddev(self) -> float:
+        """The population standard deviation (count > 0; squares kept)."""
+        n, s = self.count, self.total
+        assert self.squares is not None
+        return math.sqrt(_div(n * self.squares - s * s, (n * n) << (2 * SHIFT)))
+
+
+def quantile(ordered: array[float], q: float) -> float:
+    """Prometheus' quantile_over_time of sorted values (numpy's "linear" method): the values at ranks
+    floor(q*(n-1)) and the next one, weighted by the fraction of the rank."""
+    n = len(ordered)
+    rank = q * (n - 1)
+    lower = max(0, math.floor(rank))
+    upper = min(n - 1, lower + 1)
+    weight = rank - math.floor(rank)
+    return ordered[lower] * (1 - weight) + ordered[upper] * weight
+
+
+def aggregate(kind: str, r: Running, q: float = 0.5) -> float:
+    """The aggregate `kind` of the running window `r` (count > 0, or any count for `count`)."""
+    if kind == "avg":
+        return r.mean()
+    if kind == "sum":
+        return _div(r.total, 1 << SHIFT)
+    if kind == "count":
+        return float(r.count)
+    if kind == "stddev":
+        return r.stddev()
+    assert r.ordered is not None
+    if kind == "min":
+        return r.ordered[0]
+    if kind == "max":
+        return r.ordered[-1]
+    return quantile(r.ordered, q)
+
+
+def window_start(series: Series, i: int, span: Span, end: int) -> int | None:
+    """The array index where the window of `span` that ends before index `end` starts (the window ends
+    at the judged sample `i`'s time for a duration); None when a window of samples is not full yet."""
+    if span.samples is not None:
+        lo = end - span.samples
+        return lo if lo >= series.start else None
+    assert span.seconds is not None
+    return bisect_right(series.times, series.times[i] - span.seconds, series.start, end)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowAggregate:
+    """`{avg: {over: 20 samples}, op: ">", value: 3}`: the aggregate of the window's finite values compares
+    true against `value`; with `baseline`, the aggregate divided by the same aggregate over the `baseline`
+    window just before compares true against `ratio` (judged only when that baseline is > 0)."""
+
+    kind: str
+    over: Span
+    op: str
+    value: float | None = None
+    ratio: float | None = None
+    baseline: Span | None = None
+    q: float = 0.5
+    min_samples: int = 1
+    memo: Memo = field(default_factory=Memo, compare=False, hash=False, repr=False)
+
+    def check(self, series: Series, i: int) -> bool:
+        """True when the window (or the ratio to the baseline) compares true; never before the windows
+        are full or hold `min_samples` finite values."""
+        lo = window_start(series, i, self.over, i + 1)
+        if lo is None:
+            return False
+        blo = None
+        if self.baseline is not None:
+            blo = window_start(series, i, Span(self.baseline.samples, _after(self.over, self.baseline)), lo)
+            if blo is None:
+                return False
+        squares, ordered = self.kind == "stddev", self.kind in _ORDERED
+        with self.memo.lock:
+            entry = self.memo.get(series)
+            if entry is None:
+                entry = [Running(squares, ordered), None]
+                self.memo.put(series, entry)
+            recent = entry[0]
+            recent.move(series, lo, i + 1)
+            if recent.count < self.min_samples or (recent.count == 0 and self.kind != "count"):
+                return False
+            now = aggregate(self.kind, recent, self.q)
+            if blo is None:
+                assert self.value is not None
+                return OPS[self.op](now, self.value)
+            base = entry[1]
+            if base is None:
+                base = entry[1] = Running(squares, ordered)
+            base.move(series, blo, lo)
+            if base.count < self.min_samples or (base.count == 0 and self.kind != "count"):
+                return False
+            before = aggregate(self.kind, base, self.q)
+        if not before > 0:
+            return False
+        assert self.ratio is not None
+        return OPS[self.op](now / before, self.ratio)
+
+    def describe(self) -> str:
+        """`avg over 20 samples > 3`, `avg over 20 samples > 1.5x the 200 samples before`."""
+        name = f"quantile({self.q:g})" if self.kind == "quantile" else self.kind
+        head = f"{name} over {self.over.describe()} {self.op}"
+        if self.baseline is None:
+            return f"{head} {self.value:g}"
+        return f"{head} {self.ratio:g}x the {self.baseline.describe()} before"
+
+
+def _after(over: Span, baseline: Span) -> float | None:
+    """A duration baseline reaches back from the recent window's start: its length plus the recent one's."""
+    if baseline.seconds is None:
+        return None
+    return baseline.seconds + (over.seconds or 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ZScore:
+    """`{zscore: {over: 100 samples, threshold: 3, direction: both}}`: (value - mean) / stddev of the
+    finite values of the window BEFORE the judged sample is above `threshold` (up), below `-threshold`
+    (down) or either (both), strictly, as W&B's z-score automation filter. A zero stddev is not judged."""
+
+    over: Span
+    threshold: float
+    direction: Literal["up", "down", "both"] = "both"
+    min_samples: int = 2
+    memo: Memo = field(default_factory=Memo, compare=False, hash=False, repr=False)
+
+    def check(self, series: Series, i: int) -> bool:
+        """True when the finite value's z-score crosses the threshold in `direction`."""
+        v = series.values[i]
+        if v - v != 0.0:
+            return False
+        lo = window_start(series, i, self.over, i)
+        if lo is None:
+            return False
+        with self.memo.lock:
+            window = self.memo.get(series)
+            if window is None:
+                window = Running(True, False)
+                self.memo.put(series, window)
+            window.move(series, lo, i)
+            if window.count < max(self.min_samples, 1):
+                return False
+            mean, std = window.mean(), window.stddev()
+        if std == 0:
+            return False
+        z = (v - mean) / std
+        if self.direction == "up":
+            return z > self.threshold
+        if self.direction == "down":
+            return z < -self.threshold
+        return abs(z) > self.threshold
+
+    def describe(self) -> str:
+        """`zscore over 100 samples beyond 3 (both)`."""
+        return f"zscore over {self.over.describe()} beyond {self.threshold:g} ({self.direction})"
