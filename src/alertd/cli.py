@@ -103,17 +103,29 @@ def _check(ns: argparse.Namespace) -> int:
 def _test(ns: argparse.Namespace) -> int:
     from alertd.ruletest import run_test_file
 
-    passed = failed = 0
+    passed = failed = refused = 0
+    status = 0
     for path in ns.files:
         outcome = run_test_file(path)
         passed += outcome.passed
         failed += len(outcome.failures)
+        refused += len(outcome.refused)
         for failure in outcome.failures:
             print(failure)
-        print(f"{path}: {outcome.passed} passed, {len(outcome.failures)} failed")
+        for note in outcome.notes:
+            print(f"note: {note}")
+        for line in outcome.refused:
+            print(f"NOT RUN {line}")
+        summary = f"{path}: {outcome.passed} passed, {len(outcome.failures)} failed"
+        if outcome.refused:
+            summary += f", {len(outcome.refused)} not run (promql_expr_test: alertd's rules are not PromQL)"
+            if not outcome.checks:
+                summary += "; no alert test ran, so this file fails"
+                status = 1
+        print(summary)
     if len(ns.files) > 1:
-        print(f"total: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+        print(f"total: {passed} passed, {failed} failed" + (f", {refused} not run" if refused else ""))
+    return 1 if failed else status
 
 
 def _dry_run(ns: argparse.Namespace) -> int:
