@@ -13,12 +13,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from alertd.buffer import BufferLimits
 from alertd.config_types import Duration, Strict
 from alertd.config_windows import PlateauSpec, ZScoreSpec, is_window_condition, window_condition
-from alertd.dispatch.route_config import InhibitRuleConfig, RouteConfig
+from alertd.dispatch.route_config import InhibitRuleConfig, RouteConfig, TimeIntervalConfig, check_time_intervals
 from alertd.durations import parse_duration
 from alertd.errors import ConfigError, Problem
 from alertd.model import make_labels
@@ -35,6 +43,7 @@ from alertd.rules.conditions import (
     WindowAggregate,
     ZScore,
 )
+from alertd.rules.expr import Expr, parse_expr
 from alertd.rules.rule import LabelMatcher, Rule
 from alertd.rules.templates import TemplateError, parse_template
 from alertd.sources.config import SourceConfig
@@ -149,6 +158,8 @@ def _condition_from_mapping(value: Mapping[str, Any]) -> Condition:
         return Trend(kind, TrendSpec.model_validate(spec or {}).min_delta)  # type: ignore[arg-type]
     if kind == "nonfinite":
         return Nonfinite()
+    if kind == "expr":
+        return parse_expr(spec)  # an ExprError is a ValueError saying where
     if kind == "zscore":
         return ZScoreSpec.model_validate(spec if spec is not None else {}).build()
     if kind == "plateau":
@@ -159,13 +170,25 @@ def _condition_from_mapping(value: Mapping[str, Any]) -> Condition:
     )
 
 
+def _check_template(text: str) -> str:
+    """An annotation template, checked and compiled (cached) at load; the error names its line and column."""
+    try:
+        parse_template(text)
+    except TemplateError as exc:
+        raise ValueError(f"template {exc}") from None
+    return text
+
+
 class RuleConfig(Strict):
     """One entry of `rules:`."""
 
     model_config = Strict.model_config | {"arbitrary_types_allowed": True}
 
     name: str = Field(pattern=NAME)
-    metric: Annotated[list[Annotated[str, Field(min_length=1)]], BeforeValidator(_listify)] = Field(min_length=1)
+    metric: Annotated[list[Annotated[str, Field(min_length=1)]] | None, BeforeValidator(_listify)] = Field(
+        default=None, min_length=1
+    )
+    """Required, except with an `expr` condition (whose names are its metrics: then it must be left out)."""
     labels_match: dict[str, str] = Field(default_factory=dict)
     condition: Any
     consecutive: int = Field(default=1, ge=1)
@@ -173,7 +196,7 @@ class RuleConfig(Strict):
     keep_firing_for: Duration = 0.0
     severity: str = Field(default="warning", pattern=r"^[a-z]+$")
     labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, Annotated[str, AfterValidator(_check_template)]] = Field(default_factory=dict)
     notify: list[str] = Field(default_factory=list)
 
     @field_validator("condition")
@@ -183,16 +206,6 @@ class RuleConfig(Strict):
             return parse_condition(value)
         except ValidationError as exc:
             raise ValueError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from exc
-
-    @field_validator("annotations")
-    @classmethod
-    def _templates(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, text in value.items():
-            try:
-                parse_template(text)
-            except TemplateError as exc:
-                raise ValueError(f"annotation {name!r}: {exc}") from exc
-        return value
 
     @field_validator("labels_match")
     @classmethod
@@ -205,6 +218,14 @@ class RuleConfig(Strict):
         return value
 
     @model_validator(mode="after")
+    def _metric_or_expr(self) -> RuleConfig:
+        if isinstance(self.condition, Expr) and self.metric is not None:
+            raise ValueError("an expr condition names its metrics itself: leave `metric` out")
+        if not isinstance(self.condition, Expr) and self.metric is None:
+            raise ValueError("`metric` is required (a name, a glob such as train/*, or a list of them)")
+        return self
+
+    @model_validator(mode="after")
     def _absent_has_no_consecutive(self) -> RuleConfig:
         if isinstance(self.condition, Absent) and self.consecutive != 1:
             raise ValueError("`consecutive` counts samples; an absent condition has none to count")
@@ -214,7 +235,7 @@ class RuleConfig(Strict):
         """The core rule."""
         return Rule(
             name=self.name,
-            metrics=tuple(self.metric),
+            metrics=tuple(self.metric) if self.metric is not None else _expr_names(self.condition),
             condition=self.condition,
             matchers=tuple(LabelMatcher.parse(k, v) for k, v in sorted(self.labels_match.items())),
             consecutive=self.consecutive,
@@ -225,6 +246,10 @@ class RuleConfig(Strict):
             annotations=tuple((k, parse_template(v)) for k, v in self.annotations.items()),
             notify=tuple(self.notify),
         )
+
+
+def _expr_names(condition: Condition) -> tuple[str, ...]:
+    return condition.names if isinstance(condition, Expr) else ()
 
 
 class BufferConfig(Strict):
@@ -261,6 +286,7 @@ class RulesFile(Strict):
     )
     route: RouteConfig | None = None
     inhibit_rules: list[InhibitRuleConfig] = Field(default_factory=list)
+    time_intervals: list[TimeIntervalConfig] = Field(default_factory=list)
     rules: list[RuleConfig] = Field(default_factory=list)
     buffer: BufferConfig | None = None
     evaluation_interval: Duration | None = None
@@ -379,6 +405,7 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
     if not notifiers:
         notifiers[DEFAULT_RECEIVER] = LogConfig(type="log")
     root = route[1] if route else RouteConfig(receivers=sorted(notifiers))
+    problems += check_time_intervals(parsed, root, lambda file, loc, msg: _place(_doc(parsed, file), loc, msg))
     problems += _check_receivers(parsed, root, rules, notifiers)
     problems += _check_windows(parsed, rules, buffer)
     if problems:
@@ -433,12 +460,12 @@ def _check_receivers(
     route_file = next((d.file for d, m in parsed if m.route is not None), None)
 
     def walk(node: RouteConfig, loc: tuple[str | int, ...]) -> None:
-        for j, name in enumerate(node.receivers or []):
+        for j, name in enumerate(node.receiver_list() or []):
             if name not in notifiers:
                 where = (
                     _place(
                         _doc(parsed, route_file),
-                        (*loc, "receivers", j),
+                        (*loc, "receiver") if node.receiver is not None else (*loc, "receivers", j),
                         f"no notifier named {name!r} (defined: {known})",
                     )
                     if route_file

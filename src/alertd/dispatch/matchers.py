@@ -17,7 +17,7 @@ from functools import lru_cache
 from alertd.model import Labels, am_labels
 from alertd.userregex import UserRegex, compile_user_regex
 
-_MATCHER = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(=~|!~|!=|=)\s*(?:"((?:[^"\\]|\\.)*)"|(.*?))\s*$')
+_MATCHER = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:.]*)\s*(=~|=|!=|!~)\s*(.*?)\s*$", re.DOTALL)
 
 
 class MatchOp(enum.Enum):
@@ -62,17 +62,70 @@ class Matcher:
 
     @classmethod
     def parse(cls, text: str) -> Matcher:
-        """Parse `name=value`, `name!="value"`, `name=~regex` or `name!~"regex"`."""
+        """Parse one matcher as Alertmanager does (`pkg/labels/parse.go`): `name=value`, `name!="value"`,
+        `name=~regex`, `name!~"regex"`; in a value `\\"`, `\\\\` and `\\n` are escapes, any other
+        backslash is itself, and a double quote must be escaped unless it closes a quoted value."""
         m = _MATCHER.match(text)
         if m is None:
-            raise ValueError(f'expected a matcher such as severity="critical" or run=~"exp.*", got {text!r}')
-        raw = m.group(3)
-        value = re.sub(r"\\(.)", r"\1", raw) if raw is not None else m.group(4)
-        return cls(m.group(1), MatchOp(m.group(2)), value)
+            raise ValueError(f'bad matcher {text!r}: expected a matcher such as severity="critical" or run=~"exp.*"')
+        return cls(m.group(1), MatchOp(m.group(2)), _unescape(m.group(3), text))
 
     def __str__(self) -> str:
-        escaped = self.value.replace("\\", "\\\\").replace('"', '\\"')
+        escaped = self.value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
         return f'{self.name}{self.op.value}"{escaped}"'
+
+
+def _unescape(raw: str, text: str) -> str:
+    quoted = raw.startswith('"')
+    if quoted:
+        raw = raw[1:]
+    out: list[str] = []
+    i = 0
+    while i < len(raw):
+        c = raw[i]
+        if c == "\\" and i < len(raw) - 1:
+            nxt = raw[i + 1]
+            out.append("\n" if nxt == "n" else nxt if nxt in '"\\' else "\\" + nxt)
+            i += 2
+            continue
+        if c == '"':
+            if not quoted or i < len(raw) - 1:
+                raise ValueError(f"bad matcher {text!r}: the value has an unescaped double quote")
+            quoted = False
+        else:
+            out.append(c)
+        i += 1
+    if quoted:
+        raise ValueError(f"bad matcher {text!r}: the value's closing double quote is missing")
+    return "".join(out)
+
+
+def parse_matchers(text: str) -> tuple[Matcher, ...]:
+    """Alertmanager's `ParseMatchers`: one or more comma-separated matchers, optionally in `{...}`
+    (`{severity="critical", run=~"exp.*"}`); commas inside quotes belong to the value."""
+    body = text.strip()
+    body = body.removeprefix("{").removesuffix("}")
+    tokens: list[str] = []
+    token: list[str] = []
+    inside = escaped = False
+    for c in body:
+        if c == "," and not inside:
+            tokens.append("".join(token))
+            token = []
+            continue
+        if c == '"':
+            if not escaped:
+                inside = not inside
+            else:
+                escaped = False
+        elif c == "\\":
+            escaped = not escaped
+        else:
+            escaped = False
+        token.append(c)
+    if "".join(token).strip():
+        tokens.append("".join(token))
+    return tuple(Matcher.parse(t) for t in tokens)
 
 
 def matches_all(matchers: Iterable[Matcher], labels: Mapping[str, str]) -> bool:

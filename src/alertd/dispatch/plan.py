@@ -60,7 +60,8 @@ class PlanState:
 @dataclass(frozen=True, slots=True)
 class Suppressed:
     """An alert left out of a notification: `reason` is `silenced` (by silence id), `inhibited` (by the
-    fingerprint of the muting alert) or `unrouted` (no route with a receiver)."""
+    fingerprint of the muting alert), `muted` (by the route's time intervals, named in `by`) or `unrouted`
+    (no route with a receiver)."""
 
     fingerprint: str
     rule: str
@@ -297,6 +298,9 @@ def _flush(
             muted.append(Suppressed(fp, t.rule, t.labels, group.key, why[0], why[1]))
     if not kept:
         return [], muted, {}
+    mute = group.route.muted_by(now)
+    if mute is not None:  # as Alertmanager: dropped, not postponed, and nothing logged as sent
+        return [], muted + [Suppressed(fp, t.rule, t.labels, group.key, "muted", mute) for fp, t in kept.items()], {}
     firing = frozenset(fp for fp, t in kept.items() if _firing(t))
     resolved = frozenset(kept) - firing
     notes: list[Notification] = []

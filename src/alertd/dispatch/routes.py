@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from alertd.dispatch.matchers import Matcher, matches_all
+from alertd.dispatch.timeintervals import Period
 from alertd.model import Labels
 
 DEFAULT_GROUP_BY: tuple[str, ...] = ("rule", "run")
@@ -48,6 +49,22 @@ class Route:
     continue_: bool = False
     children: tuple[Route, ...] = ()
     key: str = "{}"
+    mute_time_intervals: tuple[tuple[str, tuple[Period, ...]], ...] = ()
+    """Named intervals (`alertd.dispatch.timeintervals`) during which this route sends nothing."""
+    active_time_intervals: tuple[tuple[str, tuple[Period, ...]], ...] = ()
+    """When set, this route sends only during one of these named intervals."""
+
+    def muted_by(self, now: float) -> str | None:
+        """Why this route sends nothing at `now`: `mute interval <name>` or `outside active intervals
+        <names>`; None when it may send (Alertmanager's TimeMuteStage and TimeActiveStage)."""
+        for name, periods in self.mute_time_intervals:
+            if any(p.contains(now) for p in periods):
+                return f"mute_time_intervals {name}"
+        if self.active_time_intervals and not any(
+            p.contains(now) for _, periods in self.active_time_intervals for p in periods
+        ):
+            return "active_time_intervals " + ",".join(n for n, _ in self.active_time_intervals)
+        return None
 
     def match(self, labels: Mapping[str, str]) -> list[Route]:
         """The routes that handle an alert with these labels (Alertmanager's `Route.Match`).
@@ -84,6 +101,8 @@ class Route:
             self.continue_,
             tuple(children),
             self.key,
+            self.mute_time_intervals,
+            self.active_time_intervals,
         )
 
     def walk(self) -> Iterator[Route]:
