@@ -4,6 +4,12 @@ Pure: it reads the buffer, never changes it or the previous state (unless its on
 `in_place`, to save copying every track), and never reads a clock. Its
 cost grows with the samples that arrived since the previous evaluation and with the alerts that
 have a time-based change due, not with the history kept in the buffer.
+
+An `expr` rule is judged per run (a label set) across several series (`expr_join`): a change to any of
+them judges the run's steps that became ready; its alert's track is keyed by the series of the
+expression's first name. Its time-based changes (`for`, `keep_firing_for`) wait for its data: they are
+applied up to the time of the first sample of that series not yet judged (or `now`, when none is waiting),
+so a step judged late is judged on the same clock as when it comes at once.
 """
 
 from __future__ import annotations
@@ -14,6 +20,19 @@ from dataclasses import dataclass, field
 
 from alertd.buffer import Series, SeriesBuffer
 from alertd.model import Alert, AlertState, Labels, SeriesKey, Transition, TransitionKind, format_time
+from alertd.rules.expr import Expr
+from alertd.rules.expr_join import (
+    MAX_STEP,
+    Join,
+    JoinKey,
+    at_step,
+    new_join,
+    next_index,
+    note_metrics,
+    resolved,
+    rewound,
+    watermark,
+)
 from alertd.rules.rule import Rule
 from alertd.rules.state import Track, advance, next_event, set_condition
 
@@ -32,6 +51,9 @@ class EvalState:
     """The pairs whose track is pending or firing (None: not known, look at every track)."""
     written: frozenset[PairKey] = frozenset()
     """The pairs whose track the evaluation that made this state changed (or dropped)."""
+    joins: Mapping[JoinKey, Join] | None = None
+    """Per (expr rule, run), where its judging stands (None: not known, as after a reload or a restart:
+    found again from the buffer)."""
 
     def active_pairs(self) -> frozenset[PairKey]:
         """The pairs whose track is pending or firing."""
@@ -84,6 +106,7 @@ class RuleSet:
     def __init__(self, rules: Sequence[Rule]) -> None:
         self.rules = tuple(rules)
         self.by_name = {r.name: r for r in self.rules}
+        self.exprs = tuple(r for r in self.rules if r.expr is not None)
         self._memo: dict[SeriesKey, tuple[Rule, ...]] = {}
 
     def for_series(self, key: SeriesKey) -> tuple[Rule, ...]:
@@ -119,6 +142,8 @@ class _Run:
         self.errors: dict[str, str] = {}
         self._rule: Rule | None = None
         self._key: SeriesKey | None = None
+        self.joins: Mapping[JoinKey, Join] = prev.joins or {}
+        self._own_joins = in_place and type(prev.joins) is dict
 
     def emit(self, tr: Track, kind: TransitionKind, t: float) -> None:
         rule, key = self._rule, self._key
@@ -184,9 +209,107 @@ class _Run:
         self.written.add(pair)
         self._settle(rule, pair, tr, finished_at, now)
 
+    def join(self, rule: Rule, labels: Labels, metrics: set[str], now: float) -> PairKey | None:
+        """Judge the steps of one run that became ready for an expr rule, then step its alert through time
+        (`expr_join`); return its pair, if it has a track."""
+        expr = rule.expr
+        assert expr is not None
+        jk = (rule.name, labels)
+        old = self.joins.get(jk)
+        joined = note_metrics(expr, old or new_join(expr), metrics)
+        keys = resolved(expr, joined, labels)
+        series = [self.buffer.get(k) for k in keys] if isinstance(keys, list) else []
+        if not isinstance(keys, list) or None in series:
+            if isinstance(keys, str):
+                self.errors[rule.name] = keys
+            if joined != old:
+                self._joins_w()[jk] = joined
+            return None
+        members: list[Series] = series  # type: ignore[assignment]
+        pair = (rule.name, keys[0])
+        old_tr = self.tracks.get(pair)
+        tr = old_tr.copy() if old_tr is not None else Track()
+        self._rule, self._key = rule, keys[0]
+        last = rewound(joined, members)
+        if last < joined.last:
+            tr.streak = 0
+        finished = any(self.buffer.finished_at(k) is not None for k in keys)
+        high = watermark(members, finished)
+        first, others = members[0], members[1:]
+        steps, times, values = first.steps, first.times, first.values
+        i, n, judged = next_index(first, last), len(steps), False
+        while i < n and steps[i] <= high:
+            step = steps[i]
+            row = [values[i]]
+            for s in others:
+                k = at_step(s, step)
+                if k is None:
+                    break
+                row.append(s.values[k])
+            else:
+                self._judge(rule, expr, tr, row, step, times[i])
+                judged = True
+            last = step
+            i = next_index(first, step) if i + 1 < n and steps[i + 1] == step else i + 1
+        if high != MAX_STEP:
+            last = max(last, high)
+        done = Join(last, joined.seen, tuple((s.generation, s.end) for s in members))
+        if done != old:
+            self._joins_w()[jk] = done
+        if old_tr is None and not judged:
+            return None
+        self._tracks_w()[pair] = tr
+        self.written.add(pair)
+        self._settle(rule, pair, tr, None, self._horizon(first, last, now))
+        return pair
+
+    def _judge(self, rule: Rule, expr: Expr, tr: Track, row: list[float], step: int, t: float) -> None:
+        """One step of an expr rule, as `track` steps one sample."""
+        if tr.state is not AlertState.INACTIVE:
+            advance(rule, tr, t, None, self.emit, inclusive=False)
+        tr.value, tr.step, tr.time, tr.last_time, tr.clock = expr.value(row), step, t, t, t
+        tr.streak = tr.streak + 1 if expr.test(row) else 0
+        if tr.cond or tr.streak >= rule.consecutive:
+            set_condition(rule, tr, tr.streak >= rule.consecutive, t, self.emit)
+
+    @staticmethod
+    def _horizon(first: Series, last: int, now: float) -> float:
+        """How far an expr alert may go through time: up to its first sample not judged yet, else `now`."""
+        j = next_index(first, last)
+        return min(now, first.times[j]) if j < len(first.times) else now
+
+    def rebuild_joins(self) -> None:
+        """Find every (expr rule, run) of the buffer again (after a reload or a restart: one pass over the
+        series); each starts after the step its alert last judged, else after its newest step."""
+        found: dict[JoinKey, set[str]] = {}
+        for series in self.buffer:
+            for rule in self.ruleset.for_series(series.key):
+                if rule.expr is not None:
+                    found.setdefault((rule.name, series.key.labels), set()).add(series.key.metric)
+        joins = self._joins_w()
+        for (name, labels), metrics in found.items():
+            expr = self.ruleset.by_name[name].expr
+            assert expr is not None
+            joined = note_metrics(expr, new_join(expr), metrics)
+            keys = resolved(expr, joined, labels)
+            series = [self.buffer.get(k) for k in keys] if isinstance(keys, list) else [None]
+            if not isinstance(keys, list) or None in series:
+                joins[(name, labels)] = joined
+                continue
+            members: list[Series] = series  # type: ignore[assignment]
+            tr = self.tracks.get((name, keys[0]))
+            first = members[0]
+            last = tr.step if tr is not None and tr.step is not None else watermark([first], False)
+            joins[(name, labels)] = Join(last, joined.seen, tuple((s.generation, s.end) for s in members))
+
     def finish(self, pair: PairKey, now: float) -> None:
         """Apply the time-based changes of a pair without new samples up to `now`."""
         rule = self.ruleset.by_name[pair[0]]
+        if rule.expr is not None:
+            joined = self.joins.get((rule.name, pair[1].labels))
+            first = self.buffer.get(pair[1])
+            if joined is not None and first is not None:
+                now = self._horizon(first, joined.last, now)
         tr = self.tracks[pair]
         if tr is self.prev.tracks.get(pair):
             tr = self._tracks_w()[pair] = tr.copy()
@@ -215,6 +338,13 @@ class _Run:
             self._own_tracks = True
         return self.tracks  # type: ignore[return-value]
 
+    def _joins_w(self) -> dict[JoinKey, Join]:
+        """The joins, to change (copied once, as the tracks)."""
+        if not self._own_joins:
+            self.joins = dict(self.joins)
+            self._own_joins = True
+        return self.joins  # type: ignore[return-value]
+
     def _timers_w(self) -> dict[PairKey, float]:
         """The timers, to change (copied once, as the tracks)."""
         if not self._own_timers:
@@ -234,8 +364,15 @@ def evaluate(
     prev = prev or EvalState()
     run = _Run(ruleset, buffer, prev, in_place)
     touched: set[PairKey] = set()
+    exprs = ruleset.exprs
+    runs: dict[JoinKey, set[str]] = {}
+    if exprs and prev.joins is None and prev.version > 0:
+        run.rebuild_joins()
     for series in buffer.changed_since(prev.version):
         for rule in ruleset.for_series(series.key):
+            if exprs and rule.expr is not None:
+                runs.setdefault((rule.name, series.key.labels), set()).add(series.key.metric)
+                continue
             emitted = len(run.transitions)
             try:
                 run.track(rule, series, now)
@@ -243,6 +380,16 @@ def evaluate(
                 del run.transitions[emitted:]
                 run.errors[rule.name] = f"{type(exc).__name__}: {exc} (series {series.key})"
             touched.add((rule.name, series.key))
+    for (name, labels), metrics in runs.items():
+        emitted = len(run.transitions)
+        try:
+            pair = run.join(ruleset.by_name[name], labels, metrics, now)
+        except Exception as exc:  # One bad rule must not stop the others.
+            del run.transitions[emitted:]
+            run.errors[name] = f"{type(exc).__name__}: {exc} (run {dict(labels)})"
+            continue
+        if pair is not None:
+            touched.add(pair)
     for pair in [p for p, t in run.timers.items() if t <= now and p not in touched]:
         touched.add(pair)
         if pair[0] not in ruleset.by_name:
@@ -266,7 +413,13 @@ def evaluate(
         run.written |= prev.tracks.keys() - run.tracks.keys()
     run.transitions.sort(key=lambda t: (t.time, t.rule, t.labels))
     state = EvalState(
-        run.tracks, run.timers, buffer.version, frozenset(ruleset.by_name), frozenset(active), frozenset(run.written)
+        run.tracks,
+        run.timers,
+        buffer.version,
+        frozenset(ruleset.by_name),
+        frozenset(active),
+        frozenset(run.written),
+        run.joins,
     )
     return Evaluation(now, state, tuple(run.transitions), run.errors)
 
@@ -276,5 +429,6 @@ def _drop_unknown_rules(run: _Run, ruleset: RuleSet) -> bool:
     if run.prev.rule_names - ruleset.by_name.keys():
         run.tracks = {p: t for p, t in run.tracks.items() if p[0] in ruleset.by_name}
         run.timers = {p: t for p, t in run.timers.items() if p[0] in ruleset.by_name}
+        run.joins = {j: v for j, v in run.joins.items() if j[0] in ruleset.by_name}
         return True
     return False

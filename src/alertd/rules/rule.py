@@ -8,6 +8,7 @@ from fnmatch import translate
 
 from alertd.model import Labels, SeriesKey
 from alertd.rules.conditions import Absent, Condition
+from alertd.rules.expr import Expr
 from alertd.rules.templates import Template
 from alertd.userregex import UserRegex, compile_user_regex
 
@@ -74,12 +75,15 @@ class Rule:
     _glob: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
     absent: Absent | None = field(default=None, init=False, compare=False, repr=False)
     """The absence condition, if this is an `absent` rule."""
+    expr: Expr | None = field(default=None, init=False, compare=False, repr=False)
+    """The expression, if this is an `expr` rule (judged per run across its series; `metrics` are its names)."""
 
     def __post_init__(self) -> None:
         names, glob = compile_metric_patterns(self.metrics)
         object.__setattr__(self, "_names", names)
         object.__setattr__(self, "_glob", glob)
         object.__setattr__(self, "absent", self.condition if isinstance(self.condition, Absent) else None)
+        object.__setattr__(self, "expr", self.condition if isinstance(self.condition, Expr) else None)
 
     def watches(self, key: SeriesKey) -> bool:
         """Whether this rule applies to the series `key`."""
