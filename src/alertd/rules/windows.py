@@ -44,7 +44,7 @@ def _div(a: int, b: int) -> float:
     try:
         return a / b
     except OverflowError:
-        return math.copysign(math.inf, a) if b > 0 else math.copysign(math.inf, -a)
+        return math.inf if (a > 0) == (b > 0) else -math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,15 +186,27 @@ class WindowAggregate:
     def check(self, series: Series, i: int) -> bool:
         """True when the window (or the ratio to the baseline) compares true; never before the windows
         are full or hold `min_samples` finite values."""
+        measured = self.measure(series, i)
+        if measured is None:
+            return False
+        return OPS[self.op](measured, self.value if self.baseline is None else self.ratio)  # type: ignore[arg-type]
+
+    def measure(self, series: Series, i: int) -> float | None:
+        """The aggregate of the window that ends at index `i` (with a baseline: its ratio to the baseline's
+        aggregate), or None where nothing is judged."""
         lo = window_start(series, i, self.over, i + 1)
         if lo is None:
-            return False
+            return None
         blo = None
         if self.baseline is not None:
             blo = window_start(series, i, Span(self.baseline.samples, _after(self.over, self.baseline)), lo)
             if blo is None:
-                return False
-        squares, ordered = self.kind == "stddev", self.kind in _ORDERED
+                return None
+        squares, ordered, least = (
+            self.kind == "stddev",
+            self.kind in _ORDERED,
+            max(self.min_samples, self.kind != "count"),
+        )
         with self.memo.lock:
             entry = self.memo.get(series)
             if entry is None:
@@ -202,23 +214,19 @@ class WindowAggregate:
                 self.memo.put(series, entry)
             recent = entry[0]
             recent.move(series, lo, i + 1)
-            if recent.count < self.min_samples or (recent.count == 0 and self.kind != "count"):
-                return False
+            if recent.count < least:
+                return None
             now = aggregate(self.kind, recent, self.q)
             if blo is None:
-                assert self.value is not None
-                return OPS[self.op](now, self.value)
+                return now
             base = entry[1]
             if base is None:
                 base = entry[1] = Running(squares, ordered)
             base.move(series, blo, lo)
-            if base.count < self.min_samples or (base.count == 0 and self.kind != "count"):
-                return False
+            if base.count < least:
+                return None
             before = aggregate(self.kind, base, self.q)
-        if not before > 0:
-            return False
-        assert self.ratio is not None
-        return OPS[self.op](now / before, self.ratio)
+        return now / before if before > 0 else None
 
     def describe(self) -> str:
         """`avg over 20 samples > 3`, `avg over 20 samples > 1.5x the 200 samples before`."""
@@ -250,12 +258,24 @@ class ZScore:
 
     def check(self, series: Series, i: int) -> bool:
         """True when the finite value's z-score crosses the threshold in `direction`."""
+        z = self.score(series, i)
+        if z is None:
+            return False
+        if self.direction == "up":
+            return z > self.threshold
+        if self.direction == "down":
+            return z < -self.threshold
+        return abs(z) > self.threshold
+
+    def score(self, series: Series, i: int) -> float | None:
+        """The z-score of the value at index `i`, or None where nothing is judged (a non-finite value, a
+        window not full, fewer than `min_samples` finite values, a zero stddev)."""
         v = series.values[i]
         if v - v != 0.0:
-            return False
+            return None
         lo = window_start(series, i, self.over, i)
         if lo is None:
-            return False
+            return None
         with self.memo.lock:
             window = self.memo.get(series)
             if window is None:
@@ -263,16 +283,9 @@ class ZScore:
                 self.memo.put(series, window)
             window.move(series, lo, i)
             if window.count < max(self.min_samples, 1):
-                return False
+                return None
             mean, std = window.mean(), window.stddev()
-        if std == 0:
-            return False
-        z = (v - mean) / std
-        if self.direction == "up":
-            return z > self.threshold
-        if self.direction == "down":
-            return z < -self.threshold
-        return abs(z) > self.threshold
+        return (v - mean) / std if std > 0 else None
 
     def describe(self) -> str:
         """`zscore over 100 samples beyond 3 (both)`."""
