@@ -59,7 +59,7 @@ rules:
         "sources[1]",
         "rules[0].condition",
         "rules[1].condition",
-        "rules[2].annotations",
+        "rules[2].annotations.summary",
         "rules[3]",
     ]
     assert "unknown condition '> x'" in got[2]

@@ -1,123 +1,78 @@
-"""Annotation templates: `{{ metric }} is {{ value }} at step {{ step }} in {{ labels.run }}`.
+"""Annotation templates: Jinja2 in a sandbox, with Prometheus' spellings.
 
-Only names are looked up; nothing is executed. A template is parsed once when the rules file is
-loaded (an unknown name is a configuration error); rendering a label the series doesn't have gives
-`<no value>` and reports the problem so the rule can record it.
+`{{ metric }} is {{ value }} at step {{ step }} in {{ labels.run }}` and the Prometheus rule spelling
+`{{ $labels.run }} is {{ $value | humanize }}` both work; so do `{% if %}`, `{% for %}` and the
+Prometheus functions (`humanize`, `humanizeDuration`, ..., see `template_funcs`). A template is
+checked and compiled once, when the rules file is loaded (an unknown name, filter or syntax error is a
+configuration error naming the template's line and column); see `template_env` for the sandbox and the
+bounds on what a template may do while rendering.
 
-Names: `metric`, `value`, `step`, `time`, `rule`, `severity`, `labels.NAME` (or `labels["NAME"]`).
-Filters: `| round(N)` on the value, `| upper`, `| lower`.
+Names: `metric`, `value`, `step`, `time`, `rule`, `severity`, `labels.NAME` (or `labels["NAME"]`);
+`$labels`, `$value`, `.Labels`, `.Value` are the same. A label the series lacks prints `<no value>`
+and is reported so the rule can record it; a template that fails while rendering (a refused operation)
+gives `<no value>` and the reason, never an exception.
 """
 
 from __future__ import annotations
 
-import math
-import re
+import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import Any
+
+from alertd.rules.template_env import MISSING, CheckError, Compiled, LabelView, RenderError, compile_template
 
 NAMES = ("metric", "value", "step", "time", "rule", "severity")
-_TAG = re.compile(r"\{\{(.*?)\}\}", re.S)
-_LABEL = re.compile(r"""^labels(?:\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*["']([^"']+)["']\s*\])$""")
-_ROUND = re.compile(r"^round\(\s*(\d+)\s*\)$")
-MISSING = "<no value>"
+ALL_NAMES = (*NAMES, "labels", "Labels", "Value")
+"""Every name an annotation template may use (`Labels`, `Value`: Prometheus' `.Labels`, `.Value`)."""
+HINTS = {
+    "externalLabels": "alertd has no external labels: write the text itself, or use labels.NAME",
+    "ExternalLabels": "alertd has no external labels: write the text itself, or use labels.NAME",
+}
+
+__all__ = ["MISSING", "NAMES", "Template", "TemplateError", "parse_template"]
 
 
 class TemplateError(ValueError):
-    """A template that can't be parsed."""
+    """A template that can't be used: the message names the line and column."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Field:
-    name: str
-    label: str | None
-    filters: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
 class Template:
-    """A parsed template: literal text and fields, alternating."""
+    """A checked, compiled annotation template."""
 
-    source: str
-    parts: tuple[str | _Field, ...]
+    __slots__ = ("_compiled", "source")
+
+    def __init__(self, source: str, compiled: Compiled) -> None:
+        self.source = source
+        self._compiled = compiled
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Template) and other.source == self.source
+
+    def __hash__(self) -> int:
+        return hash(self.source)
+
+    def __repr__(self) -> str:
+        return f"Template({self.source!r})"
 
     def render(self, values: Mapping[str, object], labels: Mapping[str, str]) -> tuple[str, str | None]:
-        """Return the text and, if a label was missing, a message saying which."""
-        out: list[str] = []
-        problem = None
-        for part in self.parts:
-            if isinstance(part, str):
-                out.append(part)
-                continue
-            if part.label is not None:
-                text = labels.get(part.label)
-                if text is None:
-                    problem = f"the series has no label {part.label!r}"
-                    text = MISSING
-            else:
-                text = _text(values.get(part.name))
-                if part.name == "value":
-                    text = _rounded(values.get("value"), part.filters, text)
-            out.append(_apply(text, part.filters))
-        return "".join(out), problem
+        """Return the text and, if a label was missing or the template failed, a message saying why."""
+        missing: list[str] = []
+        view = LabelView(labels, missing)
+        data: dict[str, Any] = {name: values.get(name) for name in NAMES}
+        data.update(labels=view, Labels=view, Value=data["value"])
+        try:
+            text = self._compiled.render(data)
+        except RenderError as e:
+            return MISSING, f"the template failed: {e}"
+        if missing:
+            return text, f"the series has no label {missing[0]!r}"
+        return text, None
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_template(source: str) -> Template:
-    """Parse `source`, or raise TemplateError naming the bad field."""
-    parts: list[str | _Field] = []
-    pos = 0
-    for m in _TAG.finditer(source):
-        if m.start() > pos:
-            parts.append(source[pos : m.start()])
-        parts.append(_parse_field(m.group(1)))
-        pos = m.end()
-    rest = source[pos:]
-    if "{{" in rest or "}}" in rest:
-        raise TemplateError("unbalanced '{{' or '}}'")
-    if rest:
-        parts.append(rest)
-    return Template(source, tuple(parts))
-
-
-def _parse_field(text: str) -> _Field:
-    expr, *filters = (p.strip() for p in text.split("|"))
-    for f in filters:
-        if f not in ("upper", "lower") and not _ROUND.match(f):
-            raise TemplateError(f"unknown filter {f!r} in '{{{{{text}}}}}' (known: round(N), upper, lower)")
-    m = _LABEL.match(expr)
-    if m:
-        return _Field("labels", m.group(1) or m.group(2), tuple(filters))
-    if expr.startswith("$"):
-        expr = expr[1:]
-    if expr not in NAMES:
-        known = ", ".join((*NAMES, "labels.NAME"))
-        raise TemplateError(f"unknown name {expr!r} in '{{{{{text}}}}}' (known: {known})")
-    return _Field(expr, None, tuple(filters))
-
-
-def _text(value: object) -> str:
-    if value is None:
-        return MISSING
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "+Inf" if value > 0 else "-Inf"
-        return f"{value:.6g}"
-    return str(value)
-
-
-def _rounded(value: object, filters: tuple[str, ...], default: str) -> str:
-    for f in filters:
-        m = _ROUND.match(f)
-        if m and isinstance(value, float) and math.isfinite(value):
-            return f"{value:.{int(m.group(1))}f}"
-    return default
-
-
-def _apply(text: str, filters: tuple[str, ...]) -> str:
-    for f in filters:
-        if f == "upper":
-            text = text.upper()
-        elif f == "lower":
-            text = text.lower()
-    return text
+    """Check and compile `source` (once per distinct text), or raise TemplateError naming the place."""
+    try:
+        return Template(source, compile_template(source, ALL_NAMES, hints=HINTS))
+    except CheckError as e:
+        raise TemplateError(str(e)) from None
