@@ -152,14 +152,15 @@ def _load_rules(doc: Document, spec: TestFile) -> Config:
         return load_config(files)
     except ConfigError as exc:
         if any(p.place == "groups" for p in exc.problems):
-            exc.problems.append(
+            hint = [
                 Problem(
                     doc.file,
                     "rule_files",
                     "a rule file has Prometheus' `groups:`: alertd test runs alertd's rules, not PromQL ones; "
                     "write the alertd rules that mean the same (README: Rule unit tests) and keep the test file",
                 )
-            )
+            ]
+            raise ConfigError(exc.problems + hint) from None
         raise
 
 
