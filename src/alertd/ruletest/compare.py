@@ -54,7 +54,8 @@ def _pairing(entries: Sequence[ExpAlert], alerts: Sequence[Alert]) -> list[int]:
     labels = [all_labels(a) for a in alerts]
     index: dict[tuple[object, ...], list[int]] = {}
     for j, (a, lab) in enumerate(zip(alerts, labels, strict=True)):
-        for names in ((), ("metric",), ("severity",), _OWN):
+        variants: tuple[tuple[str, ...], ...] = ((), ("metric",), ("severity",), _OWN)
+        for names in variants:
             key = (a.state.value, names, tuple(sorted((k, v) for k, v in lab.items() if k not in _OWN or k in names)))
             index.setdefault(key, []).append(j)
     adj = []

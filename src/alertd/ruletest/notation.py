@@ -24,12 +24,12 @@ from typing import Final
 from alertd.model import SeriesKey, make_labels
 
 
-class _Stale:
+class StaleMarker:
     """The `stale` marker's type (one instance: STALE)."""
 
-    _instance: _Stale | None = None
+    _instance: StaleMarker | None = None
 
-    def __new__(cls) -> _Stale:
+    def __new__(cls) -> StaleMarker:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
@@ -38,10 +38,10 @@ class _Stale:
         return "STALE"
 
 
-STALE: Final = _Stale()
+STALE: Final = StaleMarker()
 """A slot holding a stale marker."""
 
-Value = float | None | _Stale
+Value = float | None | StaleMarker
 """One slot of a series: a number, None (`_`: no sample) or STALE."""
 
 MAX_VALUES = 1_000_000
@@ -161,7 +161,8 @@ def _labels(s: str, pos: int, labels: dict[str, str], text: str) -> int:
 
 def _quoted(s: str, pos: int, text: str) -> tuple[str, int]:
     """The string quoted at `pos` (Go's escapes in double and single quotes, none in back quotes)."""
-    quote, pos, out = s[pos], pos + 1, []
+    quote, pos = s[pos], pos + 1
+    out: list[str] = []
     while pos < len(s):
         c = s[pos]
         if c == quote:

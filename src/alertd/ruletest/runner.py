@@ -33,7 +33,7 @@ from alertd.model import AlertState, Sample, SeriesKey
 from alertd.rules.evaluate import RuleSet
 from alertd.rules.state import next_event, set_condition
 from alertd.ruletest.compare import compare
-from alertd.ruletest.notation import MAX_VALUES, STALE, expand_values, parse_series
+from alertd.ruletest.notation import MAX_VALUES, STALE, StaleMarker, expand_values, parse_series
 from alertd.ruletest.spec import KNOWN_KEYS, AlertTest, TestFile, TestGroup
 from alertd.yamlfile import Document, load_yaml
 
@@ -206,7 +206,7 @@ def _prepare(
         step_every = s.interval or every
         for k, v in enumerate(values):
             t = start + k * step_every
-            if v is STALE:
+            if isinstance(v, StaleMarker):
                 stales.append(_Stale(t, key))
             elif v is not None:
                 step = steps[k]
