@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import re
 import signal
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from alertd.config_types import Duration, Strict
+from alertd.notify.template_data import check_notifier_template
 from alertd.userregex import compile_user_regex
+
+NotifierTemplate = Annotated[str, AfterValidator(check_notifier_template)]
+"""A notifier's `title`/`text`: a Jinja2 template over the notification (see notify.template_data)."""
 
 WebhookFormat = Literal["generic", "slack", "discord", "teams", "feishu", "dingtalk", "wecom", "telegram", "mattermost"]
 
@@ -18,6 +22,8 @@ class LogConfig(Strict):
     """One line per notification on stdout."""
 
     type: Literal["log"]
+    title: NotifierTemplate | None = None
+    text: NotifierTemplate | None = None
 
 
 class WebhookConfig(Strict):
@@ -41,6 +47,10 @@ class WebhookConfig(Strict):
     max_alerts: int = Field(default=0, ge=0)
     external_url: str = ""
     msgtype: Literal["markdown", "text"] = "markdown"
+    title: NotifierTemplate | None = None
+    """The message's title (a template over the notification); alertd's own when absent."""
+    text: NotifierTemplate | None = None
+    """The message's body (a template over the notification); one line per alert when absent."""
 
     @model_validator(mode="after")
     def _check_format_options(self) -> WebhookConfig:
@@ -55,6 +65,8 @@ class WebhookConfig(Strict):
             raise ValueError(f"secret is only used by formats feishu and dingtalk, not {self.format}")
         if self.msgtype != "markdown" and self.format not in ("dingtalk", "wecom"):
             raise ValueError(f"msgtype is only used by formats dingtalk and wecom, not {self.format}")
+        if self.format == "generic" and (self.title is not None or self.text is not None):
+            raise ValueError("title and text are not used by format generic (it sends Alertmanager's JSON)")
         return self
 
 
@@ -74,6 +86,10 @@ class EmailConfig(Strict):
     """Check the server's certificate and host name (STARTTLS and implicit TLS). Turn off only for tests."""
     ca_file: str | None = None
     """A PEM file of CA certificates to trust instead of the system's (private CA, self-signed)."""
+    title: NotifierTemplate | None = None
+    """The Subject (a template over the notification); alertd's own when absent."""
+    text: NotifierTemplate | None = None
+    """The body (a template over the notification); alertd's own alert lines and labels when absent."""
 
 
 class AskFirstConfig(Strict):

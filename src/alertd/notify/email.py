@@ -22,7 +22,7 @@ import aiosmtplib
 from alertd.errors import NotifyError
 from alertd.model import Notification, Transition, format_time
 from alertd.notify.config import EmailConfig
-from alertd.notify.render import alert_line, body, title, value_text
+from alertd.notify.render import TitleText, alert_line, body, title, value_text
 
 log = logging.getLogger(__name__)
 
@@ -99,18 +99,41 @@ def _domain(address: str) -> str:
     return domain if re.fullmatch(r"[A-Za-z0-9.-]+", domain or "") else "alertd.invalid"
 
 
-def build_message(n: Notification, sender: str, recipients: Sequence[str]) -> EmailMessage:
-    """The whole message. Message-ID and Date derive from the notification, so a retry is the same mail."""
+def own_text(text: str, n: Notification) -> str:
+    """The plain-text part from the notifier's own `text` template: that text, then the notification key."""
+    return f"{text}\n\nNotification key: {n.key}\n"
+
+
+def own_html(text: str, n: Notification) -> str:
+    """The HTML part from the notifier's own `text` template: the text escaped, its line breaks kept."""
+    return (
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8"></head><body>\n'
+        f'<pre style="font-family:inherit;white-space:pre-wrap">{html.escape(text)}</pre>\n'
+        f'<p style="color:#888">Notification key: {html.escape(n.key)}</p>\n</body></html>\n'
+    )
+
+
+def build_message(
+    n: Notification, sender: str, recipients: Sequence[str], *, title: str | None = None, text: str | None = None
+) -> EmailMessage:
+    """The whole message. Message-ID and Date derive from the notification, so a retry is the same mail.
+
+    `title` and `text` are the notifier's own Subject and body (rendered templates) where it has them.
+    """
     msg = EmailMessage()
-    msg["Subject"] = subject(n)
+    if title is not None:
+        one = _one_line(title)
+        msg["Subject"] = one if len(one) <= _MAX_SUBJECT else one[: _MAX_SUBJECT - 1] + "…"
+    else:
+        msg["Subject"] = subject(n)
     msg["From"] = sender
     msg["To"] = ", ".join(recipients)
     msg["Date"] = format_datetime(datetime.fromtimestamp(n.created, tz=UTC))
     digest = hashlib.sha256(n.key.encode()).hexdigest()[:32]
     msg["Message-ID"] = f"<{digest}@{_domain(sender)}>"
     msg[KEY_HEADER] = _one_line(n.key)
-    msg.set_content(plain_text(n))
-    msg.add_alternative(html_text(n), subtype="html")
+    msg.set_content(own_text(text, n) if text is not None else plain_text(n))
+    msg.add_alternative(own_html(text, n) if text is not None else html_text(n), subtype="html")
     return msg
 
 
@@ -121,11 +144,13 @@ class EmailNotifier:
         self.name = name
         self.cfg = cfg
         self.server = f"{cfg.host}:{cfg.port}"
+        self._title_text = TitleText(name, cfg.title, cfg.text)
 
     async def send(self, notification: Notification) -> None:
         """Deliver the notification, or raise `NotifyError` saying whether a retry can help."""
         cfg = self.cfg
-        msg = build_message(notification, cfg.from_, cfg.to)
+        title, text = self._title_text.render(notification)
+        msg = build_message(notification, cfg.from_, cfg.to, title=title, text=text)
         password = cfg.password.get_secret_value() if cfg.password is not None else None
         try:
             refused, _ = await aiosmtplib.send(

@@ -9,12 +9,16 @@ from typing import TextIO
 from alertd.errors import NotifyError
 from alertd.model import Notification
 from alertd.notify.config import LogConfig
-from alertd.notify.render import alert_line, title
+from alertd.notify.render import TitleText, alert_line, title
 
 
-def log_line(n: Notification) -> str:
-    """`alertd notify receiver=console status=firing [FIRING:1] rule ... | FIRING rule: ...`, one line."""
-    parts = [title(n), *(alert_line(a) for a in n.alerts)]
+def log_line(n: Notification, own_title: str | None = None, own_text: str | None = None) -> str:
+    """`alertd notify receiver=console status=firing [FIRING:1] rule ... | FIRING rule: ...`, one line.
+
+    `own_title` and `own_text` (the notifier's rendered templates) replace the title and the alert lines.
+    """
+    lines = [own_text] if own_text is not None else [alert_line(a) for a in n.alerts]
+    parts = [own_title if own_title is not None else title(n), *lines]
     text = " | ".join(parts)
     return re.sub(
         r"[\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]+",
@@ -31,11 +35,16 @@ class LogNotifier:
         self.name = name
         self._cfg = cfg
         self._stream = stream
+        self._title_text = TitleText(name, cfg.title, cfg.text)
 
     async def send(self, notification: Notification) -> None:
         """Print the notification's line; a closed or broken stream is a recoverable failure."""
         try:
-            print(log_line(notification), file=self._stream or sys.stdout, flush=True)
+            print(
+                log_line(notification, *self._title_text.render(notification)),
+                file=self._stream or sys.stdout,
+                flush=True,
+            )
         except (OSError, ValueError) as e:
             raise NotifyError(f"log notifier {self.name}: cannot write its line: {e}", recoverable=True) from None
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 from alertd.model import Notification, Transition, TransitionKind, format_time, format_value
+from alertd.notify.template_data import compile_notifier_template, template_data
+from alertd.rules.template_env import RenderError
+
+log = logging.getLogger(__name__)
 
 
 def value_text(value: float) -> str:
@@ -37,3 +43,45 @@ def alert_line(t: Transition) -> str:
 def body(n: Notification) -> str:
     """The title and one line per alert."""
     return "\n".join([title(n), *(alert_line(a) for a in n.alerts)])
+
+
+class TitleText:
+    """A notifier's own `title`/`text` templates (either may be absent), compiled once.
+
+    `render` gives each rendered text, or None where the notifier has no template or the template
+    failed: a failure is logged (the notifier's name, which template and why; never a URL or a secret)
+    and that part falls back to alertd's own title or lines, so the notification is still delivered.
+    """
+
+    __slots__ = ("_name", "_templates")
+
+    def __init__(self, name: str, title: str | None, text: str | None) -> None:
+        self._name = name
+        self._templates = tuple(
+            (part, compile_notifier_template(source) if source is not None else None)
+            for part, source in (("title", title), ("text", text))
+        )
+
+    @property
+    def empty(self) -> bool:
+        """True when the notifier has neither template."""
+        return all(c is None for _, c in self._templates)
+
+    def render(self, n: Notification, external_url: str = "") -> tuple[str | None, str | None]:
+        """The rendered (title, text) for `n`; None for a part without a template or whose template failed."""
+        if self.empty:
+            return None, None
+        data = template_data(n, external_url)
+        out: list[str | None] = []
+        for part, compiled in self._templates:
+            if compiled is None:
+                out.append(None)
+                continue
+            try:
+                out.append(compiled.render(data))
+            except RenderError as e:
+                log.warning(
+                    "notifier %s: its %s template failed (%s); sending alertd's own %s", self._name, part, e, part
+                )
+                out.append(None)
+        return out[0], out[1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -21,6 +22,7 @@ from alertd.model import Notification
 from alertd.notify.config import WebhookConfig
 from alertd.notify.formats import Options, Reply, get_format
 from alertd.notify.formats.redact import Scrubber, install_httpx_log_redaction, redact_url, url_secrets
+from alertd.notify.render import TitleText
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ class WebhookNotifier:
             external_url=cfg.external_url,
             msgtype=cfg.msgtype,
         )
+        self._title_text = TitleText(name, cfg.title, cfg.text)
         self._own_client = client is None
         self._client = client if client is not None else httpx.AsyncClient(follow_redirects=False)
         self._clock: Clock = clock if clock is not None else SystemClock()
@@ -78,7 +81,11 @@ class WebhookNotifier:
 
     def payload(self, notification: Notification) -> dict[str, Any]:
         """The JSON body this notifier would send (before signing): for dry-runs and tests."""
-        return self._format.build(notification, self._options)
+        opts = self._options
+        if not self._title_text.empty:  # the notifier's own title/text; a failed one falls back to alertd's
+            title, text = self._title_text.render(notification, self._cfg.external_url)
+            opts = replace(opts, title=title, text=text)
+        return self._format.build(notification, opts)
 
     async def send(self, notification: Notification) -> None:
         """Deliver `notification` once, or raise NotifyError saying whether a retry can help."""

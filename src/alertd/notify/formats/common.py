@@ -17,6 +17,7 @@ from typing import Any
 
 from alertd.errors import NotifyError
 from alertd.model import Notification, Transition, TransitionKind
+from alertd.notify.render import alert_line, title
 
 JSON = dict[str, Any]
 
@@ -30,6 +31,10 @@ class Options:
     chat_id: str | None = None
     external_url: str = ""
     msgtype: str = "markdown"
+    title: str | None = None
+    """The notifier's `title` template as rendered for this notification (None: alertd's own title)."""
+    text: str | None = None
+    """The notifier's `text` template as rendered for this notification (None: one line per alert)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,21 @@ def shown_alerts(n: Notification, opts: Options) -> tuple[tuple[Transition, ...]
     if opts.max_alerts and len(n.alerts) > opts.max_alerts:
         return n.alerts[: opts.max_alerts], len(n.alerts) - opts.max_alerts
     return n.alerts, 0
+
+
+def heading(n: Notification, opts: Options) -> str:
+    """The message's title: the notifier's rendered `title` where it has one, else alertd's own."""
+    return opts.title if opts.title is not None else title(n)
+
+
+def body_lines(
+    shown: tuple[Transition, ...], omitted: int, opts: Options, line: Callable[[Transition], str] = alert_line
+) -> tuple[list[str], int]:
+    """The message's lines and how many alerts they leave out: one `line` per shown alert, or the
+    notifier's rendered `text` as one block (which then leaves none out: the template chose what to say)."""
+    if opts.text is not None:
+        return [opts.text], 0
+    return [line(t) for t in shown], omitted
 
 
 def one_line(text: str) -> str:

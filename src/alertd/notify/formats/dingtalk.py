@@ -20,13 +20,14 @@ from alertd.notify.formats.common import (
     Options,
     Reply,
     Signed,
+    body_lines,
     check_code,
     cut,
     fit_lines,
+    heading,
     json_len,
     shown_alerts,
 )
-from alertd.notify.render import alert_line, title
 
 TEXT_LIMIT = 18_000
 """JSON bytes of the message text, under DingTalk's 20,000-byte content limit."""
@@ -44,14 +45,15 @@ def sign(timestamp: str, secret: str) -> str:
 def build(n: Notification, opts: Options) -> JSON:
     """The DingTalk message for `n`: markdown with a heading and a list, or plain text (`msgtype: text`)."""
     shown, omitted = shown_alerts(n, opts)
-    head = title(n)
+    head = heading(n, opts)
+    plain, omitted = body_lines(shown, omitted, opts)
     if opts.msgtype == "text":
-        lines = [alert_line(t) for t in shown]
+        lines = plain
         return {
             "msgtype": "text",
             "text": {"content": fit_lines(head, lines, TEXT_LIMIT, omitted=omitted, measure=json_len)},
         }
-    lines = [f"- {alert_line(t)}" for t in shown]
+    lines = plain if opts.text is not None else [f"- {line}" for line in plain]
     text = fit_lines(f"#### {head}\n", lines, TEXT_LIMIT, omitted=omitted, measure=json_len)
     return {"msgtype": "markdown", "markdown": {"title": cut(head, 100), "text": text}}
 

@@ -17,15 +17,16 @@ from alertd.notify.formats.common import (
     Options,
     Reply,
     Signed,
+    body_lines,
     check_http,
     cut,
     firing,
     fit_lines,
+    heading,
     retry_after_seconds,
     shown_alerts,
     snippet,
 )
-from alertd.notify.render import alert_line, title
 
 CONTENT_LIMIT = 2000
 TITLE_LIMIT = 256
@@ -46,11 +47,12 @@ def escape(text: str) -> str:
 def build(n: Notification, opts: Options) -> JSON:
     """The Discord message for `n`: the title as content, one embed with the alert lines; no mentions."""
     shown, omitted = shown_alerts(n, opts)
-    head = escape(title(n))
+    head = escape(heading(n, opts))
+    plain, omitted = body_lines(shown, omitted, opts)
     footer = cut(f"alertd · receiver {n.receiver}", 200)
     embed_title = cut(head, TITLE_LIMIT)
     room = min(DESCRIPTION_LIMIT, EMBEDS_TOTAL_LIMIT - len(embed_title) - len(footer))
-    description = fit_lines("", [escape(alert_line(t)) for t in shown], room, omitted=omitted)
+    description = fit_lines("", [escape(line) for line in plain], room, omitted=omitted)
     return {
         "username": "alertd",
         "content": cut(head, CONTENT_LIMIT),

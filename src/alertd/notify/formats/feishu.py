@@ -19,13 +19,14 @@ from alertd.notify.formats.common import (
     Options,
     Reply,
     Signed,
+    body_lines,
     check_code,
     cut,
     fit_lines,
+    heading,
     json_len,
     shown_alerts,
 )
-from alertd.notify.render import alert_line, title
 
 TEXT_LIMIT = 19_000
 """JSON bytes for the alert lines, leaving room for the rest under Feishu's 20 KB body limit."""
@@ -41,10 +42,13 @@ def sign(timestamp: str, secret: str) -> str:
 def build(n: Notification, opts: Options) -> JSON:
     """The Feishu `post` message for `n`: the title and the alert lines in one text paragraph."""
     shown, omitted = shown_alerts(n, opts)
-    text = fit_lines("", [alert_line(t) for t in shown], TEXT_LIMIT, omitted=omitted, measure=json_len)
+    lines, omitted = body_lines(shown, omitted, opts)
+    text = fit_lines("", lines, TEXT_LIMIT, omitted=omitted, measure=json_len)
     return {
         "msg_type": "post",
-        "content": {"post": {"zh_cn": {"title": cut(title(n), 200), "content": [[{"tag": "text", "text": text}]]}}},
+        "content": {
+            "post": {"zh_cn": {"title": cut(heading(n, opts), 200), "content": [[{"tag": "text", "text": text}]]}}
+        },
     }
 
 

@@ -11,12 +11,13 @@ from alertd.notify.formats.common import (
     Format,
     Options,
     Reply,
+    body_lines,
     check_http,
     fit_lines,
+    heading,
     shown_alerts,
     snippet,
 )
-from alertd.notify.render import alert_line, title
 
 TEXT_LIMIT = 16383
 """Mattermost's default maximum post size (characters)."""
@@ -32,8 +33,9 @@ def escape(text: str) -> str:
 def build(n: Notification, opts: Options) -> JSON:
     """The Mattermost message for `n`: a bold title and one list item per alert."""
     shown, omitted = shown_alerts(n, opts)
-    lines = [f"- {escape(alert_line(t))}" for t in shown]
-    return {"text": fit_lines(f"#### {escape(title(n))}", lines, TEXT_LIMIT, omitted=omitted)}
+    plain, omitted = body_lines(shown, omitted, opts)
+    lines = [escape(line) if opts.text is not None else f"- {escape(line)}" for line in plain]
+    return {"text": fit_lines(f"#### {escape(heading(n, opts))}", lines, TEXT_LIMIT, omitted=omitted)}
 
 
 def check(reply: Reply) -> None:

@@ -13,14 +13,15 @@ from alertd.notify.formats.common import (
     Format,
     Options,
     Reply,
+    body_lines,
     check_http,
     cut,
     firing,
     fit_lines,
+    heading,
     shown_alerts,
     snippet,
 )
-from alertd.notify.render import alert_line, title
 
 SECTION_LIMIT = 3000
 """Slack rejects a section whose text is longer (400 invalid_blocks)."""
@@ -39,8 +40,9 @@ def escape(text: str) -> str:
 def build(n: Notification, opts: Options) -> JSON:
     """The Slack message for `n`: a preview text and one coloured attachment holding the alert lines."""
     shown, omitted = shown_alerts(n, opts)
-    head = escape(title(n))
-    lines = [escape(alert_line(t)) for t in shown]
+    head = escape(heading(n, opts))
+    plain, omitted = body_lines(shown, omitted, opts)
+    lines = [escape(line) for line in plain]
     section = fit_lines("", lines, SECTION_LIMIT, omitted=omitted)
     any_firing = any(firing(t) for t in n.alerts)
     return {

@@ -16,29 +16,32 @@ from alertd.notify.formats.common import (
     Format,
     Options,
     Reply,
+    body_lines,
     check_http,
     cut,
     firing,
+    heading,
     shown_alerts,
     snippet,
     truncation_note,
 )
-from alertd.notify.render import alert_line, title
 
 CARD_CONTENT_TYPE = "application/vnd.microsoft.card.adaptive"
 SIZE_LIMIT = 27_000
 """Bytes of JSON, a margin under Teams' ~28 KB message limit."""
 LINE_LIMIT = 2000
+TEXT_LIMIT = 20_000
+"""A notifier's own `text` (one block) is cut to this many characters."""
 
 
-def _card(n: Notification, lines: list[str], omitted: int) -> JSON:
+def _card(n: Notification, head: str, lines: list[str], omitted: int) -> JSON:
     is_firing = n.status == "firing" and any(firing(t) for t in n.alerts)
     facts = [{"title": "Status", "value": n.status}, {"title": "Receiver", "value": n.receiver}]
     facts += [{"title": k, "value": v} for k, v in n.group_labels]
     body: list[JSON] = [
         {
             "type": "TextBlock",
-            "text": cut(title(n), 500),
+            "text": cut(head, 500),
             "weight": "Bolder",
             "size": "Medium",
             "color": "Attention" if is_firing else "Good",
@@ -73,10 +76,13 @@ def build(n: Notification, opts: Options) -> JSON:
     Alerts are dropped from the end (and counted in a note) until the card fits Teams' size limit.
     """
     shown, omitted = shown_alerts(n, opts)
-    lines = [cut(alert_line(t), LINE_LIMIT) for t in shown]
+    plain, omitted = body_lines(shown, omitted, opts)
+    limit = LINE_LIMIT if opts.text is None else TEXT_LIMIT
+    lines = [cut(line, limit) for line in plain]
+    head = heading(n, opts)
     keep = len(lines)
     while True:
-        card = _card(n, lines[:keep], omitted + len(lines) - keep)
+        card = _card(n, head, lines[:keep], omitted + len(lines) - keep)
         if keep == 0 or len(json.dumps(card).encode()) <= SIZE_LIMIT:
             return card
         keep = keep * 3 // 4 if keep > 4 else keep - 1

@@ -20,13 +20,14 @@ from alertd.notify.formats.common import (
     Options,
     Reply,
     Signed,
+    body_lines,
     check_http,
     cut,
     fit_lines,
+    heading,
     shown_alerts,
     snippet,
 )
-from alertd.notify.render import alert_line, title
 
 TEXT_LIMIT = 4096
 
@@ -41,8 +42,9 @@ def chat_id_value(chat_id: str | None) -> int | str:
 def build(n: Notification, opts: Options) -> JSON:
     """The sendMessage request for `n`: a bold title and one line per alert, HTML-escaped."""
     shown, omitted = shown_alerts(n, opts)
-    head = cut(title(n), 300)
-    plain = fit_lines(head, [alert_line(t) for t in shown], TEXT_LIMIT, omitted=omitted)
+    head = cut(heading(n, opts), 300)
+    lines, omitted = body_lines(shown, omitted, opts)
+    plain = fit_lines(head, lines, TEXT_LIMIT, omitted=omitted)
     rest = plain[len(head) :]
     return {
         "chat_id": chat_id_value(opts.chat_id),

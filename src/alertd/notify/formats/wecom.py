@@ -13,13 +13,14 @@ from alertd.notify.formats.common import (
     Format,
     Options,
     Reply,
+    body_lines,
     check_code,
     firing,
     fit_lines,
+    heading,
     shown_alerts,
     utf8_len,
 )
-from alertd.notify.render import alert_line, title
 
 MARKDOWN_LIMIT = 4096
 TEXT_LIMIT = 2048
@@ -30,12 +31,13 @@ RATE_LIMIT = (20, 60.0)
 def build(n: Notification, opts: Options) -> JSON:
     """The WeCom message for `n`: markdown with a coloured title, or plain text (`msgtype: text`)."""
     shown, omitted = shown_alerts(n, opts)
+    plain, omitted = body_lines(shown, omitted, opts)
     if opts.msgtype == "text":
-        content = fit_lines(title(n), [alert_line(t) for t in shown], TEXT_LIMIT, omitted=omitted, measure=utf8_len)
+        content = fit_lines(heading(n, opts), plain, TEXT_LIMIT, omitted=omitted, measure=utf8_len)
         return {"msgtype": "text", "text": {"content": content}}
     colour = "warning" if n.status == "firing" and any(firing(t) for t in n.alerts) else "info"
-    head = f'### <font color="{colour}">{title(n)}</font>'
-    lines = [f"> {alert_line(t)}" for t in shown]
+    head = f'### <font color="{colour}">{heading(n, opts)}</font>'
+    lines = plain if opts.text is not None else [f"> {line}" for line in plain]
     content = fit_lines(head, lines, MARKDOWN_LIMIT, omitted=omitted, measure=utf8_len)
     return {"msgtype": "markdown", "markdown": {"content": content}}
 
