@@ -31,6 +31,7 @@ from alertd import api_models as m
 from alertd.api_metrics import ServiceCollector, alert_counts, source_up
 from alertd.api_models import parse_instant, silence_from, silence_json, time_or_none
 from alertd.api_server import AcceptErrors, Connections, connection_limit, protocol_factory
+from alertd.api_v2 import V2Error, v2_router
 from alertd.buffer import Series
 from alertd.config import redacted
 from alertd.dispatch.matchers import alert_label_map
@@ -215,6 +216,12 @@ def create_app(
     _silence_routes(api, service)
     _admin_routes(api, service, dry_runs)
     app.include_router(api)
+    app.include_router(v2_router(service, V2Error), dependencies=deps)
+
+    @app.exception_handler(V2Error)
+    async def _v2_error(request: Request, exc: V2Error) -> JSONResponse:
+        return JSONResponse(str(exc), status_code=exc.status)
+
     app.add_middleware(Gate, limit=max_body, token=token, body_timeout=body_timeout)
     return app
 

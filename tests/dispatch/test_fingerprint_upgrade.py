@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.dispatch.helpers import FIRING, RESOLVED, route, tr
-
 from alertd.dispatch.codec import group_to_json
 from alertd.dispatch.dispatcher import Dispatcher
 from alertd.dispatch.outbox import Outbox
 from alertd.dispatch.plan import LogEntry, group_key
 from alertd.model import Alert, AlertState, Transition, legacy_fingerprint
+
+from .helpers import FIRING, RESOLVED, route, tr
 
 T0 = 1_780_000_000.0
 

@@ -1,0 +1,213 @@
+"""Alertmanager's API v2, the part `amtool` uses, over alertd's own state (its OpenAPI shapes, `api/v2/openapi.yaml`).
+
+- `GET/POST /api/v2/silences`, `GET/DELETE /api/v2/silence/{id}`: the same silence store as `/api/v1/silences`
+  (a silence made through one shows in the other).
+- `GET /api/v2/alerts`: the firing alerts, with their receivers and whether a silence or an inhibition rule
+  mutes them; `filter` (matchers), `active`, `silenced`, `inhibited`, `receiver` as amtool sends them.
+- `GET /api/v2/status`: what amtool's `config` and `cluster` commands read; `config.original` is the routing
+  part of the rules (route, inhibit rules, time intervals: no notifier, so no secret).
+
+The routes sit under `/api/`, so the bearer token, when configured, is wanted here too; amtool sends one
+with `--http.config.file` (a file holding `authorization: {credentials: <token>}`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Annotated, Any
+
+import yaml
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from alertd.api_models import MatcherIn, SilenceIn, silence_from, silence_json
+from alertd.dispatch.matchers import Matcher, alert_label_map, matches_all, parse_matchers
+from alertd.dispatch.routes import bypass_route
+from alertd.model import Alert, AlertState, am_labels, format_time
+from alertd.userregex import compile_user_regex
+
+GO_ZERO_TIME = "0001-01-01T00:00:00Z"
+Filters = Annotated[list[str] | None, Query(max_length=100)]
+
+
+class PostableSilence(BaseModel):
+    """Alertmanager's `postableSilence`: an `id` updates that silence, none makes a new one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(default=None, max_length=100)
+    matchers: list[MatcherIn] = Field(min_length=1, max_length=100)
+    startsAt: datetime
+    endsAt: datetime
+    createdBy: str = Field(max_length=1000)
+    comment: str = Field(max_length=10_000)
+
+
+class V2Error(Exception):
+    """Alertmanager answers errors as a JSON string."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def v2_router(service: Any, error: type[Exception]) -> APIRouter:
+    """The `/api/v2` routes over `service` (an `alertd.app.Service`); `error(status, message)` answers an error."""
+    api = APIRouter(prefix="/api/v2", tags=["alertmanager v2"])
+
+    @api.get("/status")
+    async def status() -> dict[str, Any]:
+        """Enough of Alertmanager's status for amtool: no cluster, alertd's version, the routing config."""
+        now = service.clock.now()
+        started = getattr(service, "started_at", None) or now
+        return {
+            "cluster": {"status": "disabled", "peers": []},
+            "versionInfo": {
+                "version": "alertd",
+                "revision": "",
+                "branch": "",
+                "buildUser": "",
+                "buildDate": "",
+                "goVersion": "",
+            },
+            "config": {"original": routing_yaml(service)},
+            "uptime": format_time(started),
+        }
+
+    @api.get("/silences")
+    async def silences(filter: Filters = None) -> list[dict[str, Any]]:
+        """Every silence, optionally those whose matchers include all `filter` matchers (as Alertmanager)."""
+        now = service.clock.now()
+        wanted = _filters(filter, error)
+        out = [s for s in service.silences.list() if all(m in s.matchers for m in wanted)]
+        return [gettable_silence(s, now) for s in out]
+
+    @api.post("/silences")
+    async def post_silence(body: PostableSilence) -> dict[str, str]:
+        """Create a silence (or replace the one `id` names); answers `{"silenceID": ...}`."""
+        now = service.clock.now()
+        if body.endsAt.timestamp() < now:
+            raise error(400, "silence invalid: end time can't be in the past")
+        fields = body.model_dump(exclude={"id"})
+        fields["startsAt"] = max(body.startsAt.timestamp(), now) if body.id is None else body.startsAt
+        try:
+            new = silence_from(SilenceIn.model_validate(fields), now)
+        except ValueError as exc:
+            raise error(400, f"silence invalid: {exc}") from None
+        if body.id is not None:
+            if service.silences.get(body.id) is None:
+                raise error(404, f"silence {body.id} not found")
+            new = replace(new, id=body.id)
+        service.silences.add(new)
+        return {"silenceID": new.id}
+
+    @api.get("/silence/{silence_id}")
+    async def get_silence(silence_id: str) -> dict[str, Any]:
+        """One silence."""
+        found = service.silences.get(silence_id)
+        if found is None:
+            raise error(404, f"silence {silence_id} not found")
+        return gettable_silence(found, service.clock.now())
+
+    @api.delete("/silence/{silence_id}")
+    async def delete_silence(silence_id: str) -> None:
+        """Expire a silence now."""
+        try:
+            service.silences.expire(silence_id, service.clock.now())
+        except KeyError:
+            raise error(404, f"silence {silence_id} not found") from None
+
+    @api.get("/alerts")
+    async def alerts(
+        filter: Filters = None,
+        active: bool = True,
+        silenced: bool = True,
+        inhibited: bool = True,
+        unprocessed: bool = True,
+        receiver: Annotated[str | None, Query(max_length=1000)] = None,
+    ) -> list[dict[str, Any]]:
+        """The firing alerts as Alertmanager's `gettableAlert`s, filtered as Alertmanager filters them."""
+        wanted = _filters(filter, error)
+        try:
+            by_receiver = compile_user_regex(f"^(?:{receiver})$") if receiver else None
+        except ValueError as exc:
+            raise error(400, f"receiver: {exc}") from None
+        out = []
+        for a in _firing(service):
+            item = gettable_alert(service, a)
+            labels = item["labels"]
+            if not matches_all(wanted, labels):
+                continue
+            if by_receiver is not None and not any(by_receiver.match(r["name"]) for r in item["receivers"]):
+                continue
+            st = item["status"]
+            if (st["silencedBy"] and not silenced) or (st["inhibitedBy"] and not inhibited):
+                continue
+            if st["state"] == "active" and not active:
+                continue
+            out.append(item)
+        return out
+
+    return api
+
+
+def _filters(texts: Sequence[str] | None, error: type[Exception]) -> tuple[Matcher, ...]:
+    try:
+        return tuple(m for t in (texts or [])[:100] for m in parse_matchers(t))
+    except ValueError as exc:
+        raise error(400, str(exc)) from None
+
+
+def _firing(service: Any) -> list[Alert]:
+    alerts = service.engine.state.alerts(service.engine.ruleset.rules)
+    return [a for a in alerts if a.state is AlertState.FIRING]
+
+
+def gettable_silence(s: Any, now: float) -> dict[str, Any]:
+    """A silence as Alertmanager's `gettableSilence`."""
+    out = silence_json(s, now)
+    out["updatedAt"] = out["startsAt"] if now < s.starts_at else format_time(min(now, s.ends_at))
+    return out
+
+
+def gettable_alert(service: Any, a: Alert) -> dict[str, Any]:
+    """A firing alert as Alertmanager's `gettableAlert`."""
+    now = service.clock.now()
+    match_labels = alert_label_map(a.rule, a.labels, a.severity)
+    dispatcher = service.dispatcher
+    root = dispatcher.route
+    routes = [bypass_route(root, tuple(a.notify))] if a.notify else root.match(match_labels)
+    receivers = sorted({r for route in routes for r in route.receivers})
+    silenced_by = [s.id for s in service.silences.active(now) if s.matches(match_labels)]
+    sources = {b.fingerprint: alert_label_map(b.rule, b.labels, b.severity) for b in _firing(service) if b is not a}
+    inhibited_by = sorted(
+        {by for rule in dispatcher.inhibit_rules if (by := rule.inhibitor(a.fingerprint, match_labels, sources))}
+    )
+    return {
+        "labels": dict(am_labels(a.rule, a.labels, a.severity)),
+        "annotations": dict(a.annotations),
+        "startsAt": format_time(a.fired_at if a.fired_at is not None else a.active_at),
+        "endsAt": GO_ZERO_TIME,
+        "updatedAt": format_time(a.time),
+        "generatorURL": "",
+        "fingerprint": a.fingerprint,
+        "receivers": [{"name": r} for r in receivers],
+        "status": {
+            "state": "suppressed" if silenced_by or inhibited_by else "active",
+            "silencedBy": silenced_by,
+            "inhibitedBy": inhibited_by,
+        },
+    }
+
+
+def routing_yaml(service: Any) -> str:
+    """The routing part of the loaded rules as YAML: `route`, `inhibit_rules` (notifiers, which hold
+    secrets, are left out)."""
+    cfg = service.config
+    doc: dict[str, Any] = {
+        "route": cfg.route.model_dump(mode="json", by_alias=True, exclude_defaults=True),
+        "inhibit_rules": [r.model_dump(mode="json", exclude_defaults=True) for r in cfg.inhibit_rules],
+    }
+    return yaml.safe_dump(doc, sort_keys=False)

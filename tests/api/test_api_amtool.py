@@ -1,0 +1,119 @@
+"""The real `amtool` (Debian's prometheus-alertmanager) against a live alertd: Alertmanager's API v2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from api_helpers import Receiver, Served, sample_line
+
+AMTOOL = shutil.which("amtool") or "/usr/bin/amtool"
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not Path(AMTOOL).exists(), reason="amtool is not installed (apt install prometheus-alertmanager)"
+    ),
+]
+
+RULES = """\
+sources:
+  - {{type: samples, name: runs, path: "{samples}", interval: 0.2}}
+notifiers:
+  hook: {{type: webhook, url: "http://127.0.0.1:{port}/hook"}}
+route:
+  receiver: hook
+  group_by: [alertname, run]
+  group_wait: 0s
+  group_interval: 1s
+rules:
+  - name: loss_nan
+    metric: train/loss
+    condition: nonfinite
+    severity: critical
+"""
+
+
+def amtool(url: str, *args: str, config: Path | None = None) -> str:
+    argv = [AMTOOL, f"--alertmanager.url={url}", *args]
+    if config is not None:
+        argv.insert(1, f"--http.config.file={config}")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, f"amtool {' '.join(args)} failed ({done.returncode}): {done.stderr}"
+    return done.stdout
+
+
+def hook_alerts(rec: Receiver) -> list[dict[str, Any]]:
+    return [a for _, body in rec.requests for a in json.loads(body)["alerts"]]
+
+
+def test_amtool_silences_and_queries_alertd(tmp_path: Path) -> None:
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("")
+    with Receiver() as rec, Served(tmp_path, RULES.format(samples=samples, port=rec.port)) as alertd:
+        sid = amtool(
+            alertd.url,
+            "silence",
+            "add",
+            "alertname=loss_nan",
+            'run=~"exp.*"',
+            "--comment=known NaN, fixing the lr",
+            "--author=ana",
+            "--duration=1h",
+        ).strip()
+        assert sid  # amtool prints the new silence's id
+        listed = json.loads(amtool(alertd.url, "silence", "query", "-o", "json"))
+        assert [(s["id"], s["createdBy"], s["status"]["state"]) for s in listed] == [(sid, "ana", "active")]
+        assert {(m["name"], m["value"], m["isRegex"]) for m in listed[0]["matchers"]} == {
+            ("alertname", "loss_nan", False),
+            ("run", "exp.*", True),
+        }
+        assert [s["id"] for s in alertd.get("/api/v1/silences").json()] == [sid]  # one store for v1 and v2
+        assert amtool(alertd.url, "silence", "query", "-q", "alertname=loss_nan").split() == [sid]
+
+        with samples.open("a") as f:
+            f.write(sample_line("train/loss", "NaN", 1, run="exp1"))
+            f.write(sample_line("train/loss", "NaN", 1, run="base1"))
+        # the run the silence does not match is delivered; the silenced one is not
+        alertd.wait(lambda: any(a["labels"]["run"] == "base1" for a in hook_alerts(rec)), "base1's alert")
+        time.sleep(2.5)  # two more group_interval flushes
+        assert {a["labels"]["run"] for a in hook_alerts(rec)} == {"base1"}
+
+        shown = json.loads(amtool(alertd.url, "alert", "query", "-o", "json"))  # amtool's default: not silenced
+        assert [a["labels"]["run"] for a in shown] == ["base1"]
+        assert shown[0]["labels"]["alertname"] == "loss_nan" and shown[0]["receivers"] == [{"name": "hook"}]
+        assert shown[0]["fingerprint"] == hook_alerts(rec)[0]["fingerprint"]
+        muted = json.loads(amtool(alertd.url, "alert", "query", "-o", "json", "--silenced", "run=exp1"))
+        assert [(a["labels"]["run"], a["status"]["state"], a["status"]["silencedBy"]) for a in muted] == [
+            ("exp1", "suppressed", [sid])
+        ]
+
+        amtool(alertd.url, "silence", "expire", sid)
+        assert amtool(alertd.url, "silence", "query", "-q").split() == []  # expired ones are not listed
+        expired = json.loads(amtool(alertd.url, "silence", "query", "--expired", "-o", "json"))
+        assert [(s["id"], s["status"]["state"]) for s in expired] == [(sid, "expired")]
+        alertd.wait(lambda: any(a["labels"]["run"] == "exp1" for a in hook_alerts(rec)), "exp1's alert after expiry")
+        runs = json.loads(amtool(alertd.url, "alert", "query", "-o", "json"))
+        assert sorted(a["labels"]["run"] for a in runs) == ["base1", "exp1"]
+
+
+def test_amtool_with_a_bearer_token(tmp_path: Path) -> None:
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("")
+    token = "amtool-token-5b1e"
+    http_config = tmp_path / "http.yml"
+    http_config.write_text(f"authorization:\n  credentials: {token}\n")
+    with Served(tmp_path, RULES.format(samples=samples, port=9), env={"ALERTD_API_TOKEN": token}) as alertd:
+        refused = subprocess.run(
+            [AMTOOL, f"--alertmanager.url={alertd.url}", "silence", "query"], capture_output=True, text=True, timeout=30
+        )
+        assert refused.returncode != 0  # no token: 401
+        sid = amtool(alertd.url, "silence", "add", "alertname=x", "--comment=c", "--duration=5m", config=http_config)
+        assert amtool(alertd.url, "silence", "query", "-q", config=http_config).split() == [sid.strip()]
+        shown = amtool(alertd.url, "config", "show", config=http_config)  # GET /api/v2/status
+        assert "receiver: hook" in shown and "group_interval: 1s" in shown
+        assert "127.0.0.1:9" not in shown  # the routing only: no notifier, no URL, no secret
