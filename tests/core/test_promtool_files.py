@@ -347,6 +347,11 @@ def test_eval_time_is_looked_at_on_the_evaluation_interval_grid(tmp_path: Path) 
     assert '- firing {gpu="0"}' in got and 'pending {gpu="0", metric="temp", severity="warning"}' in got
 
 
+def test_an_evaluation_interval_of_0_is_the_default_1m_as_in_promtool(tmp_path: Path) -> None:
+    path = write(tmp_path, FOR_4M, GRID.format(ei="evaluation_interval: 0s", at_4m45="[]"))
+    assert failures(path) == ""
+
+
 def test_a_finer_evaluation_interval_sees_the_alert_fire_between_the_minutes(tmp_path: Path) -> None:
     path = write(tmp_path, FOR_4M, GRID.format(ei="evaluation_interval: 15s", at_4m45='[{exp_labels: {gpu: "0"}}]'))
     assert failures(path) == ""
@@ -432,6 +437,12 @@ def test_a_file_of_only_promql_expr_tests_fails_since_nothing_ran(tmp_path: Path
             "exp_state",
         ),
         ("group_eval_order: [a, a]\ntests: [{}]", "group_eval_order: group name repeated in evaluation order: a"),
+        (
+            "tests:\n  - input_series: [{series: a, values: '1 2', steps: '1e300 1'}]",
+            "tests[0].input_series[0].steps: a step must fit in 64 bits",
+        ),
+        ("tests:\n  - input_series: [{series: a, values: '1 2', steps: '1'}]", "2 values but 1 steps"),
+        ("tests:\n  - input_series: [{series: a, values: '1 2', steps: '1 stale'}]", "a step can't be stale"),
         (
             "tests:\n  - start_timestamp: yesterday",
             "t.yaml:3: tests[0].start_timestamp: expected Unix seconds or an RFC 3339 time",

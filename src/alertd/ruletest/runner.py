@@ -168,7 +168,8 @@ def _prepare(
     doc: Document, spec: TestFile, n: int, group: TestGroup, problems: list[Problem], budget: int
 ) -> _Prepared | None:
     """A group's samples, stale markers and checks; problems (with their places) go to `problems`."""
-    every = group.interval or spec.evaluation_interval
+    grid_ms = max(1, round(spec.evaluation_interval * 1000)) if spec.evaluation_interval else 60_000
+    every = group.interval or grid_ms / 1000  # 0 or absent: the evaluation interval, as in promtool
     start = group.start_timestamp
     samples: list[Sample] = []
     stales: list[_Stale] = []
@@ -190,13 +191,17 @@ def _prepare(
         steps: list[Any] = list(range(len(values)))
         if s.steps is not None:
             try:
-                steps = expand_values(s.steps, max(len(values), 1))
+                steps = expand_values(s.steps)
             except ValueError as exc:
                 problems.append(_problem(doc, (*where, "steps"), str(exc)))
                 ok = False
                 continue
             if STALE in steps:
                 problems.append(_problem(doc, (*where, "steps"), "a step can't be stale"))
+                ok = False
+                continue
+            if any(isinstance(x, float) and math.isfinite(x) and abs(x) >= 2**63 for x in steps):
+                problems.append(_problem(doc, (*where, "steps"), "a step must fit in 64 bits"))
                 ok = False
                 continue
             if len(steps) < len(values):
@@ -212,9 +217,8 @@ def _prepare(
                 step = steps[k]
                 samples.append(Sample(key, t, None if step is None or not math.isfinite(step) else int(step), v))
     checks = []
-    ms = round(spec.evaluation_interval * 1000) or 60_000
     for i, check in enumerate(group.alert_rule_test):
-        grid = (round(check.eval_time * 1000) // ms) * ms / 1000
+        grid = (round(check.eval_time * 1000) // grid_ms) * grid_ms / 1000
         checks.append((start + grid, grid, i, check))
     if not ok:
         return None
