@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -118,6 +119,14 @@ receivers:
 @pytest.fixture
 def alertmanager(tmp_path: Path, recorder: Recorder) -> Iterator[Alertmanager]:
     """Starts Debian's prometheus-alertmanager on a free port (no clustering) and stops it after the test."""
+    ms = {"group_wait_ms": round(GROUP_WAIT * 1000), "group_interval_ms": round(GROUP_INTERVAL * 1000)}
+    with running_alertmanager(tmp_path, recorder, CONFIG.format(webhook=recorder.url, **ms)) as am:
+        yield am
+
+
+@contextlib.contextmanager
+def running_alertmanager(tmp_path: Path, recorder: Recorder, config: str, *args: str) -> Iterator[Alertmanager]:
+    """Debian's prometheus-alertmanager with this configuration (and extra command-line `args`)."""
     binary = shutil.which(AM_BINARY) or shutil.which("alertmanager")
     if binary is None:
         pytest.fail(
@@ -126,14 +135,13 @@ def alertmanager(tmp_path: Path, recorder: Recorder) -> Iterator[Alertmanager]:
             pytrace=False,
         )
     cfg = tmp_path / "alertmanager.yml"
-    ms = {"group_wait_ms": round(GROUP_WAIT * 1000), "group_interval_ms": round(GROUP_INTERVAL * 1000)}
-    cfg.write_text(CONFIG.format(webhook=recorder.url, **ms))
+    cfg.write_text(config)
     port = free_port()
     log_path = tmp_path / "alertmanager.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [binary, f"--config.file={cfg}", f"--storage.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"],
+             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn", *args],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

@@ -80,7 +80,7 @@ async def test_resolved_alert_ends_at_its_resolution_time(server: RecordingServe
 
     body = server.last.json()
     assert body["status"] == "resolved"
-    assert body["externalURL"] == "http://alertd.local:9099/"
+    assert body["externalURL"] == "http://alertd.local:9099"  # the trailing / trimmed, as Alertmanager does
     alert = body["alerts"][0]
     assert alert["status"] == "resolved"
     assert alert["startsAt"] == "2026-05-28T20:26:40Z"

@@ -106,7 +106,7 @@ def build(n: Notification, opts: Options) -> JSON:
         "groupLabels": _dict(n.group_labels),
         "commonLabels": _common([alert_labels(t) for t in shown]),
         "commonAnnotations": _common([dict(t.annotations) for t in shown]),
-        "externalURL": opts.external_url,
+        "externalURL": opts.external_url.rstrip("/"),  # as Alertmanager trims its --web.external-url
         "version": "4",
         "groupKey": n.group_key,
         "truncatedAlerts": truncated,
