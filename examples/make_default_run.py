@@ -8,6 +8,7 @@ The story (one training step every 10 s, GPU readings every 10 s, t = seconds af
 - train/loss jumps to 2.5x its median at step 300 (loss_spike) and is NaN at step 450 (loss_not_finite);
 - train/tokens_per_second halves from step 350 (throughput_drop);
 - eval/perplexity, every 50 steps, rises at steps 400, 450 and 500 (val_metric_rising at step 500);
+- eval/loss, every 50 steps, makes its best at step 200 and none after (val_loss_plateau, patience 5, at step 450);
 - the run logs step 520 and goes quiet for 15 minutes (run_stalled 10 minutes later, t = 5800), then logs
   steps 521 to 530 from t = 6100 and ends with HF Trainer's summary (`train_runtime`: run_finished at t = 6190);
 - GPU 1 runs above 83 °C from t = 1000 to 1600 (gpu_hot at 1300) and throttles thermally (at 1300);
@@ -18,7 +19,9 @@ The story (one training step every 10 s, GPU readings every 10 s, t = seconds af
 - a second run, an HF Trainer's printed log, logs its loss as 0 from step 55, t = 3550 (loss_zeroed: its NaN,
   hidden by the Trainer's NaN filter), and prints `NaN detected` at step 150, t = 4500 (nan_in_log);
 - a third, W&B run starts at t = 6000 and logs steps 0 to 50; its file ends with no exit record
-  (run_lost at the end of the data, t = 6500).
+  (run_lost at the end of the data, t = 6500);
+- a fourth run, `gpt-diverge`, logs train/loss at 2.0 for 220 steps, then climbing 0.05 a step, too slowly for
+  loss_spike: the last 20 samples average 1.5x the 200 before at step 249, t = 2490 (loss_diverging).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ def training() -> list[tuple[float, str]]:
         if step % 50 == 0:
             ppl = [40, 30, 25, 22, 20, 19, 18, 17, 18.5, 19, 19.5][step // 50]
             out.append((t, line("eval/perplexity", run, t, step, ppl)))
+            val = [3.0, 2.5, 2.2, 2.0, 1.9, 1.9, 1.91, 1.9, 1.92, 1.91, 1.9][step // 50]
+            out.append((t, line("eval/loss", run, t, step, val)))
     out.append((6190.0, line("train_runtime", run, 6190.0, 530, 6190.0)))
     return out
 
@@ -89,8 +94,17 @@ def gpus() -> list[tuple[float, str]]:
     return out
 
 
+def diverging() -> list[tuple[float, str]]:
+    run = {"source": "tb", "run": "gpt-diverge", "host": "node2"}
+    out = []
+    for step in range(700):  # to the end of the data, so the run never looks stalled
+        t = step * 10.0
+        out.append((t, line("train/loss", run, t, step, 2.0 + 0.05 * max(0, step - 219))))
+    return out
+
+
 def main() -> None:
-    rows = sorted(training() + gpus(), key=lambda r: r[0])
+    rows = sorted(training() + gpus() + diverging(), key=lambda r: r[0])
     OUT.write_text("".join(text + "\n" for _, text in rows))
     print(f"wrote {len(rows)} samples to {OUT}")
 

@@ -79,6 +79,8 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "grad_norm_not_finite": 420,
         "loss_not_finite": 450,
         "val_metric_rising": 500,
+        "val_loss_plateau": 450,
+        "loss_diverging": 249,
         "run_stalled": 520,
         "run_finished": 530,
         "nan_in_log": 150,
