@@ -488,12 +488,18 @@ def _line_col(source: str, index: int) -> tuple[int, int]:
     return line, index - (source.rfind("\n", 0, index) + 1) + 1
 
 
-def _find(source: str, lineno: int, word: str) -> str:
-    """`line N, column C` of `word`'s first appearance on line `lineno` of `source` (column 1 if not found)."""
+def _position(source: str, lineno: int, word: str) -> tuple[int, int]:
+    """(line, column) of `word`'s first appearance on line `lineno` of `source` (column 1 if not found)."""
     lines = source.split("\n")
     text = lines[lineno - 1] if 0 < lineno <= len(lines) else ""
     m = re.search(rf"(?<![\w]){re.escape(word)}(?!\w)", text)
-    return f"line {lineno}, column {m.start() + 1 if m else 1}"
+    return lineno, m.start() + 1 if m else 1
+
+
+def _find(source: str, lineno: int, word: str) -> str:
+    """`line N, column C` of `word`'s first appearance on line `lineno` of `source`."""
+    line, col = _position(source, lineno, word)
+    return f"line {line}, column {col}"
 
 
 # --- compiling and checking -----------------------------------------------------------------------
@@ -563,12 +569,16 @@ def _check_tree(tree: nodes.Template, source: str, names: frozenset[str], hints:
                 f"{_find(source, node.lineno, word)}: '{{% {word} %}}' is not available: "
                 "a template cannot load other templates or read files"
             )
-    for getattr_node in tree.find_all(nodes.Getattr):
-        if getattr_node.attr.startswith("_"):
-            raise CheckError(f"{_find(source, getattr_node.lineno, getattr_node.attr)}: {_UNDERSCORE}")
-    for item in tree.find_all(nodes.Getitem):
-        if isinstance(item.arg, nodes.Const) and isinstance(item.arg.value, str) and item.arg.value.startswith("_"):
-            raise CheckError(f"{_find(source, item.lineno, item.arg.value)}: {_UNDERSCORE}")
+    private = [(n.lineno, n.attr) for n in tree.find_all(nodes.Getattr) if n.attr.startswith("_")]
+    private += [
+        (n.lineno, n.arg.value)
+        for n in tree.find_all(nodes.Getitem)
+        if isinstance(n.arg, nodes.Const) and isinstance(n.arg.value, str) and n.arg.value.startswith("_")
+    ]
+    if private:  # the first in the text: `''.__class__.__mro__` names `__class__`
+        places = sorted((_position(source, line, name), name) for line, name in private)
+        (line, col), _ = places[0]
+        raise CheckError(f"line {line}, column {col}: {_UNDERSCORE}")
     for f in tree.find_all(nodes.Filter):
         if f.name not in ENV.filters:
             where = _find(source, f.lineno, f.name)
