@@ -15,6 +15,7 @@ from alertd.errors import ConfigError
 from alertd.ruletest import STALE, expand_values, parse_series, run_test_file
 
 EXAMPLE = Path(__file__).parent / "promtool_example"
+AGREEMENT = Path(__file__).parent / "promtool_agreement"
 SHIPPED = sorted((Path(__file__).parents[2] / "rules" / "tests").glob("*.yaml"))
 
 
@@ -85,6 +86,23 @@ def test_the_docs_example_ignores_the_pending_alert_and_compares_it_when_asked(t
         )
     )
     assert '- pending {instance="localhost:9100", job="x"}' in failures(str(tmp_path / "test.yml"))
+
+
+def test_the_file_promtool_also_passes_passes(tmp_path: Path) -> None:
+    """promtool_agreement/test.yml: the real promtool passes it with prom.yml (its README); so does alertd,
+    and both fail it once gpu "4" is left out at 3m."""
+    done = alertd("test", str(AGREEMENT / "test.yml"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1].endswith("test.yml: 3 passed, 0 failed")
+    shutil.copy(AGREEMENT / "alertd.yml", tmp_path / "alertd.yml")
+    text = (AGREEMENT / "test.yml").read_text()
+    gpu4 = ', {exp_labels: {gpu: "4"}}]}'
+    assert text.count(gpu4) == 2
+    (tmp_path / "test.yml").write_text(text.replace(gpu4, "]}", 1))
+    done = alertd("test", str(tmp_path / "test.yml"))
+    assert done.returncode == 1
+    assert "alertname hot0 at eval_time 3m:" in done.stdout
+    assert '+ firing {gpu="4", metric="temp", severity="warning"}' in done.stdout
 
 
 # The series notation: promql/parser's series descriptions

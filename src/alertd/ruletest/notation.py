@@ -9,7 +9,8 @@ Values (`values:` and alertd's `steps:`), separated by spaces:
                                           `1+1x3` = 1 2 3 4; the sum is taken step by step, as Prometheus does
     axN                                   a, N+1 times (`a+0xN`)
     _xN                                   N empty slots (not N+1: `1 _x3 stale` = 1 _ _ _ stale)
-    stalexN                               N+1 stale markers
+    stalexN  NaNxN  InfxN                 alertd's: N+1 of them (promtool's lexer reads `stalex2` as one
+                                          word and rejects it; checked with promtool 2.42)
 
 Series: `name{label="value", ...}` where the name may hold alertd's `/` and `.` (`train/loss`), or
 Prometheus 3's `{"train/loss", run="a"}` and `{__name__="train/loss"}`; values in double, single or back
