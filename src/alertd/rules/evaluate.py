@@ -260,8 +260,21 @@ class _Run:
             return None
         self._tracks_w()[pair] = tr
         self.written.add(pair)
-        self._settle(rule, pair, tr, None, self._horizon(first, last, now))
+        self._settle(rule, pair, tr, None, _horizon(members, last, finished, now))
         return pair
+
+    def _expr_horizon(self, expr: Expr, pair: PairKey, now: float) -> float:
+        """`_horizon` for the alert of an expr rule on the run of `pair`."""
+        joined = self.joins.get((pair[0], pair[1].labels))
+        keys = resolved(expr, joined, pair[1].labels) if joined is not None else None
+        if not isinstance(keys, list):
+            return now
+        series = [self.buffer.get(k) for k in keys]
+        if None in series:
+            return now
+        assert joined is not None
+        finished = any(self.buffer.finished_at(k) is not None for k in keys)
+        return _horizon(series, joined.last, finished, now)  # type: ignore[arg-type]
 
     def _judge(self, rule: Rule, expr: Expr, tr: Track, row: list[float], step: int, t: float) -> None:
         """One step of an expr rule, as `track` steps one sample."""
@@ -271,12 +284,6 @@ class _Run:
         tr.streak = tr.streak + 1 if expr.test(row) else 0
         if tr.cond or tr.streak >= rule.consecutive:
             set_condition(rule, tr, tr.streak >= rule.consecutive, t, self.emit)
-
-    @staticmethod
-    def _horizon(first: Series, last: int, now: float) -> float:
-        """How far an expr alert may go through time: up to its first sample not judged yet, else `now`."""
-        j = next_index(first, last)
-        return min(now, first.times[j]) if j < len(first.times) else now
 
     def rebuild_joins(self) -> None:
         """Find every (expr rule, run) of the buffer again (after a reload or a restart: one pass over the
@@ -306,10 +313,7 @@ class _Run:
         """Apply the time-based changes of a pair without new samples up to `now`."""
         rule = self.ruleset.by_name[pair[0]]
         if rule.expr is not None:
-            joined = self.joins.get((rule.name, pair[1].labels))
-            first = self.buffer.get(pair[1])
-            if joined is not None and first is not None:
-                now = self._horizon(first, joined.last, now)
+            now = self._expr_horizon(rule.expr, pair, now)
         tr = self.tracks[pair]
         if tr is self.prev.tracks.get(pair):
             tr = self._tracks_w()[pair] = tr.copy()
@@ -422,6 +426,17 @@ def evaluate(
         run.joins,
     )
     return Evaluation(now, state, tuple(run.transitions), run.errors)
+
+
+def _horizon(members: list[Series], last: int, finished: bool, now: float) -> float:
+    """How far through time the alert of an expr rule may go: up to `now` when none of its series waits
+    for another (or the run is finished); else up to its first series' first sample after step `last` (or
+    that series' newest sample), before which the next step it judges can't be."""
+    if finished or all(s.steps[-1] <= last for s in members if len(s.steps) > s.start):
+        return now
+    first = members[0]
+    j = next_index(first, last)
+    return min(now, first.times[j] if j < len(first.times) else first.times[-1])
 
 
 def _drop_unknown_rules(run: _Run, ruleset: RuleSet) -> bool:
