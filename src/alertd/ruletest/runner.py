@@ -16,9 +16,11 @@ alertd keeps judging the latest sample (an alert on it stays) until new data or 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import glob
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +38,8 @@ from alertd.ruletest.compare import compare
 from alertd.ruletest.notation import MAX_VALUES, STALE, StaleMarker, expand_values, parse_series
 from alertd.ruletest.spec import KNOWN_KEYS, AlertTest, TestFile, TestGroup
 from alertd.yamlfile import Document, load_yaml
+
+_GLOB = re.compile(r"[*?[]")
 
 PROMQL_REFUSED = (
     "not run: alertd's rules are not PromQL, so there is no PromQL engine to evaluate the expression "
@@ -97,7 +101,7 @@ def run_test_file(path: str) -> Outcome:
         label = group.name or f"tests[{n}]"
         for i, entry in enumerate(group.promql_expr_test):
             expr = entry.get("expr") if isinstance(entry, dict) else None
-            what = f" ({expr!r})" if isinstance(expr, str) else ""
+            what = f" ({expr[:200]!r})" if isinstance(expr, str) else ""
             outcome.refused.append(f"{path}: tests[{n}].promql_expr_test[{i}]{what}: {PROMQL_REFUSED}")
         if group.promql_expr_test and not group.alert_rule_test:
             continue  # Nothing of this group ran: neither passed nor failed (the refusals say so).
@@ -126,8 +130,6 @@ def _validate(doc: Document) -> TestFile:
 
 def _message(err: Any) -> str:
     if err["type"] == "extra_forbidden":
-        import difflib
-
         key = str(err["loc"][-1])
         hint = difflib.get_close_matches(key, sorted(KNOWN_KEYS), n=1, cutoff=0.75)
         return f"unknown key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
@@ -141,10 +143,10 @@ def _load_rules(doc: Document, spec: TestFile) -> Config:
     files: list[str] = []
     for i, pattern in enumerate(spec.rule_files):
         full = pattern if os.path.isabs(pattern) else os.path.join(base, pattern)
-        if glob.has_magic(full):
+        if _GLOB.search(full):
             found = sorted(glob.glob(full))
             if not found:
-                raise ConfigError([Problem(doc.file, f"rule_files[{i}]", f"no file matches {pattern!r}", None)])
+                raise ConfigError([_problem(doc, ("rule_files", i), f"no file matches {pattern!r}")])
             files += found
         else:
             files.append(full)
