@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from alertd.dispatch import timeintervals as ti
 from alertd.dispatch.matchers import Matcher, MatchOp, parse_matchers
-from alertd.dispatch.route_config import RouteConfig, TimeIntervalConfig
+from alertd.dispatch.route_config import InhibitRuleConfig, RouteConfig, TimeIntervalConfig
 from alertd.dispatch.routes import Route
 
 from .helpers import FIRING, RESOLVED, Table, tr
@@ -170,3 +170,15 @@ def test_active_intervals_send_only_inside() -> None:
     assert table.step(day, tr("loss_nan", FIRING, day)) == []
     assert table.last is not None and table.last.suppressed[0].by == "active_time_intervals nights"
     assert [r for r, _, _ in table.step(NIGHT)] == ["pager"]
+
+
+def test_inhibit_rules_take_alertmanagers_matchers_and_alertname() -> None:
+    rule = InhibitRuleConfig.model_validate(
+        {"source_matchers": ['alertname="loss_nan"'], "target_matchers": ['alertname=~"lr_.*"'], "equal": ["run"]}
+    ).to_rule()
+    root = _routes({"receiver": "chat", "group_by": ["alertname", "run"]})
+    table = Table(root, inhibit_rules=[rule])
+    got = table.step(0.0, tr("loss_nan", FIRING, 0.0, run="a"), tr("lr_spike", FIRING, 0.0, run="a"))
+    assert [items for _, _, items in got] == [("loss_nan/a:firing",)]  # lr_spike of run a is inhibited
+    got = table.step(1.0, tr("lr_spike", FIRING, 1.0, run="b"))
+    assert [items for _, _, items in got] == [("lr_spike/b:firing",)]  # another run: not inhibited

@@ -169,22 +169,26 @@ class InhibitRuleConfig(Strict):
     """While an alert matching `source_match` fires, alerts matching `target_match` with the same
     `equal` labels are muted.
 
-    `source_match_re` / `target_match_re` add anchored regular-expression matchers to either side.
+    `source_match_re` / `target_match_re` add anchored regular-expression matchers to either side, and
+    `source_matchers` / `target_matchers` Alertmanager's matcher strings (`['alertname="loss_nan"']`).
     """
 
     source_match: dict[str, str] = Field(default_factory=dict)
     target_match: dict[str, str] = Field(default_factory=dict)
     source_match_re: dict[str, str] = Field(default_factory=dict)
     target_match_re: dict[str, str] = Field(default_factory=dict)
+    source_matchers: list[str] = Field(default_factory=list)
+    target_matchers: list[str] = Field(default_factory=list)
     equal: list[str] = Field(default_factory=list)
 
     _re = field_validator("source_match_re", "target_match_re")(_check_regexes)
+    _matchers = field_validator("source_matchers", "target_matchers")(_parse_matcher_list)
 
     def to_rule(self) -> InhibitRule:
         """The core `InhibitRule`."""
         return InhibitRule(
-            source=equality_matchers(self.source_match, self.source_match_re),
-            target=equality_matchers(self.target_match, self.target_match_re),
+            source=equality_matchers(self.source_match, self.source_match_re) + _matchers(self.source_matchers),
+            target=equality_matchers(self.target_match, self.target_match_re) + _matchers(self.target_matchers),
             equal=tuple(self.equal),
         )
 
