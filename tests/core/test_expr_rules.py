@@ -19,7 +19,7 @@ from alertd.dryrun import Replay
 from alertd.errors import ConfigError
 from alertd.model import Sample, SeriesKey, Transition, format_value, make_labels
 from alertd.rules import Rule, RuleSet, evaluate
-from alertd.rules.carry import carry_over
+from alertd.rules.carry import carry_over, restored
 from alertd.rules.evaluate import EvalState
 
 RATIO = "{name: overfit, condition: {expr: '`eval/loss` / `train/loss` > 1.5'}}"
@@ -203,6 +203,19 @@ def test_an_unchanged_expr_rule_keeps_its_place_across_a_reload() -> None:
     buffer.append([Sample(ev, 4.0, 2, 1.0), Sample(train, 5.0, 3, 1.0), Sample(ev, 6.0, 3, 2.0)], 6.0)
     second = evaluate(reloaded, buffer, 6.0, state)
     assert [(t.state.value, t.step) for t in second.transitions] == [("resolved", 2), ("firing", 3)]
+
+
+def test_after_a_restart_an_expr_alert_goes_on_from_the_step_it_last_judged() -> None:
+    ruleset, buffer = RuleSet([rule(RATIO)]), SeriesBuffer(BufferLimits(max_age=1e9))
+    train, ev = key("train/loss"), key("eval/loss")
+    buffer.append([Sample(train, 1.0, 1, 1.0), Sample(ev, 2.0, 1, 2.0)], 2.0)
+    first = evaluate(ruleset, buffer, 2.0, EvalState())
+    assert [(t.state.value, t.step) for t in first.transitions] == [("firing", 1)]
+    fresh = SeriesBuffer(BufferLimits(max_age=1e9))  # the service restarted: its tracks were saved
+    state = restored({p: tr.copy() for p, tr in first.state.tracks.items()}, ruleset, fresh)
+    fresh.append([Sample(train, 5.0, 2, 1.0), Sample(ev, 6.0, 2, 1.0)], 6.0)
+    second = evaluate(ruleset, fresh, 6.0, state)
+    assert [(t.state.value, t.step) for t in second.transitions] == [("resolved", 2)]  # step 1 not judged again
 
 
 def test_config_errors_have_their_places(tmp_path: Path) -> None:
