@@ -26,11 +26,12 @@ from typing import Any
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, Undefined, meta, nodes, pass_context
 from jinja2.compiler import CodeGenerator, Frame
-from jinja2.defaults import DEFAULT_FILTERS, DEFAULT_TESTS
 from jinja2.environment import Template
 from jinja2.exceptions import SecurityError, TemplateError
+from jinja2.filters import FILTERS as DEFAULT_FILTERS
 from jinja2.runtime import Context, LoopContext, Macro
 from jinja2.sandbox import SandboxedEnvironment
+from jinja2.tests import TESTS as DEFAULT_TESTS
 
 from alertd.rules import template_funcs as funcs
 
@@ -219,7 +220,7 @@ def _format(value: Any, *args: Any, **kwargs: Any) -> str:
         funcs.check_format(fmt)
     except ValueError as e:
         raise SecurityError(str(e)) from None
-    return _sized(fmt % (kwargs or args))
+    return str(_sized(fmt % (kwargs or args)))
 
 
 def _join(value: Iterable[Any], d: str = "", attribute: str | int | None = None) -> str:
@@ -592,9 +593,9 @@ def _check_tree(tree: nodes.Template, source: str, names: frozenset[str], hints:
     known = names | set(ENV.globals)
     for name in sorted(meta.find_undeclared_variables(tree)):
         if name not in known:
-            node = next(n for n in tree.find_all(nodes.Name) if n.name == name)
+            first = next(n.lineno for n in tree.find_all(nodes.Name) if n.name == name)
             why = hints.get(name) or f"known: {', '.join(sorted(names))}"
-            raise CheckError(f"{_find(source, node.lineno, name)}: unknown name {name!r} ({why})")
+            raise CheckError(f"{_find(source, first, name)}: unknown name {name!r} ({why})")
     for call in tree.find_all(nodes.Call):
         if isinstance(call.node, nodes.Getattr) and call.node.attr not in _ALL_SAFE_METHODS:
             where = _find(source, call.lineno, call.node.attr)
