@@ -299,11 +299,11 @@ class _Run:
             assert expr is not None
             joined = note_metrics(expr, new_join(expr), metrics)
             keys = resolved(expr, joined, labels)
-            series = [self.buffer.get(k) for k in keys] if isinstance(keys, list) else [None]
-            if not isinstance(keys, list) or None in series:
+            found_series = [self.buffer.get(k) for k in keys] if isinstance(keys, list) else [None]
+            if not isinstance(keys, list) or None in found_series:
                 joins[(name, labels)] = joined
                 continue
-            members: list[Series] = series  # type: ignore[assignment]
+            members: list[Series] = found_series  # type: ignore[assignment]
             tr = self.tracks.get((name, keys[0]))
             first = members[0]
             last = tr.step if tr is not None and tr.step is not None else watermark([first], False)

@@ -229,7 +229,7 @@ class _Parser:
             tok = self.take()
             right = self.and_(depth)
             a, b = _test(left, "or", tok), _test(right, "or", tok)
-            left = self.node(True, lambda v, a=a, b=b: a(v) or b(v), left, right, value=left.value)
+            left = self.node(True, _or(a, b), left, right, value=left.value)
         return left
 
     def and_(self, depth: int) -> _Node:
@@ -238,7 +238,7 @@ class _Parser:
             tok = self.take()
             right = self.not_(depth)
             a, b = _test(left, "and", tok), _test(right, "and", tok)
-            left = self.node(True, lambda v, a=a, b=b: a(v) and b(v), left, right, value=left.value)
+            left = self.node(True, _and(a, b), left, right, value=left.value)
         return left
 
     def not_(self, depth: int) -> _Node:
@@ -247,7 +247,7 @@ class _Parser:
             self.take()
             inner = self.not_(self._nest(depth))
             a = _test(inner, "not", tok)
-            return self.node(True, lambda v, a=a: not a(v), inner, value=inner.value)
+            return self.node(True, _not(a), inner, value=inner.value)
         return self.compare(depth)
 
     def compare(self, depth: int) -> _Node:
@@ -262,7 +262,7 @@ class _Parser:
         nxt = self.peek()
         if nxt.kind == "op":
             raise ExprError(f"column {nxt.col}: comparisons don't chain; write `a < b and b < c`")
-        return self.node(True, lambda v, a=a, b=b, op=op: _compare(op, a(v), b(v)), left, right, value=a)
+        return self.node(True, _compared(op, a, b), left, right, value=a)
 
     def sum(self, depth: int) -> _Node:
         left = self.product(depth)
@@ -270,7 +270,7 @@ class _Parser:
             tok = self.take()
             right = self.product(depth)
             a, b = _num(left, tok.text, tok), _num(right, tok.text, tok)
-            fn = (lambda v, a=a, b=b: a(v) + b(v)) if tok.text == "+" else (lambda v, a=a, b=b: a(v) - b(v))
+            fn = _binary(operator.add if tok.text == "+" else operator.sub, a, b)
             left = self.node(False, fn, left, right)
         return left
 
@@ -280,7 +280,7 @@ class _Parser:
             tok = self.take()
             right = self.unary(depth)
             a, b = _num(left, tok.text, tok), _num(right, tok.text, tok)
-            fn = (lambda v, a=a, b=b: a(v) * b(v)) if tok.text == "*" else (lambda v, a=a, b=b: _div(a(v), b(v)))
+            fn = _binary(operator.mul if tok.text == "*" else _div, a, b)
             left = self.node(False, fn, left, right)
         return left
 
@@ -292,21 +292,21 @@ class _Parser:
             a = _num(inner, tok.text, tok)
             if tok.text == "+":
                 return self.node(False, a, inner)
-            return self.node(False, lambda v, a=a: -a(v), inner)
+            return self.node(False, _unary(operator.neg, a), inner)
         return self.atom(depth)
 
     def atom(self, depth: int) -> _Node:
         tok = self.take()
         if tok.kind == "num":
             number = tok.number
-            return self.node(False, lambda v, x=number: x)
+            return self.node(False, _constant(number))
         if tok.kind == "name":
             if tok.text not in self.names:
                 if len(self.names) >= MAX_NAMES:
                     raise ExprError(f"column {tok.col}: more than {MAX_NAMES} metric names in one expression")
                 self.names.append(tok.text)
             slot = self.names.index(tok.text)
-            return self.node(False, lambda v, i=slot: v[i])
+            return self.node(False, _slot(slot))
         if tok.kind == "punct" and tok.text == "(":
             inner = self.or_(self._nest(depth))
             self.expect(")", "')'")
@@ -328,19 +328,59 @@ class _Parser:
         fns = [_num(a, f"{tok.text}()", tok) for a in args]
         a = fns[0]
         if tok.text == "abs":
-            return self.node(False, lambda v, a=a: abs(a(v)), *args)
+            return self.node(False, _unary(abs, a), *args)
         if tok.text in ("min", "max"):
             b, pick = fns[1], (_min if tok.text == "min" else _max)
-            return self.node(False, lambda v, a=a, b=b, f=pick: f(a(v), b(v)), *args)
+            return self.node(False, _binary(pick, a, b), *args)
         if tok.text == "isnan":
-            return self.node(True, lambda v, a=a: a(v) != a(v), *args, value=a)
+            return self.node(True, _predicate(math.isnan, a), *args, value=a)
         if tok.text == "isinf":
-            return self.node(True, lambda v, a=a: math.isinf(a(v)), *args, value=a)
-        return self.node(True, lambda v, a=a: math.isfinite(a(v)), *args, value=a)
+            return self.node(True, _predicate(math.isinf, a), *args, value=a)
+        return self.node(True, _predicate(math.isfinite, a), *args, value=a)
 
 
-def _compare(op: Callable[[float, float], bool], x: float, y: float) -> bool:
-    return x == x and y == y and op(x, y)
+# The compiled parts: closures over their operands (made by these functions, so that none sees a later
+# value of a parser variable).
+
+
+def _or(a: Test, b: Test) -> Test:
+    return lambda v: a(v) or b(v)
+
+
+def _and(a: Test, b: Test) -> Test:
+    return lambda v: a(v) and b(v)
+
+
+def _not(a: Test) -> Test:
+    return lambda v: not a(v)
+
+
+def _compared(op: Callable[[float, float], bool], a: Num, b: Num) -> Test:
+    def test(v: Values) -> bool:
+        x, y = a(v), b(v)
+        return x == x and y == y and op(x, y)  # nothing compares true with NaN
+
+    return test
+
+
+def _binary(op: Callable[[float, float], float], a: Num, b: Num) -> Num:
+    return lambda v: op(a(v), b(v))
+
+
+def _unary(op: Callable[[float], float], a: Num) -> Num:
+    return lambda v: op(a(v))
+
+
+def _predicate(op: Callable[[float], bool], a: Num) -> Test:
+    return lambda v: op(a(v))
+
+
+def _constant(x: float) -> Num:
+    return lambda v: x
+
+
+def _slot(i: int) -> Num:
+    return lambda v: v[i]
 
 
 def _shown(tok: _Token) -> str:
@@ -399,6 +439,6 @@ def parse_expr(text: object) -> Expr:
     names = tuple(parser.names)
     if not names:
         raise ExprError("the expression names no metric")
-    value = tree.value or (lambda v: math.nan)
+    value = tree.value or _constant(math.nan)
     globs = tuple(re.compile(translate(n)) if _GLOB.search(n) else None for n in names)
     return Expr(text.strip(), names, tree.fn, value, globs)  # type: ignore[arg-type]
