@@ -81,7 +81,7 @@ async def test_subject_and_body_come_from_the_templates(smtp_server: SmtpFactory
     assert plain == (
         "- exp1: 1.235M at step 250 (loss is high in exp1)\n"
         "- <b>exp2</b>: 1.23m at step 250 (loss is high in <b>exp2</b>)\n"
-        "\n\nNotification key: fp1-1780000000-firing\n"
+        "\nNotification key: fp1-1780000000-firing\n"
     )
     html = msg.get_body(preferencelist=("html",)).get_content()
     assert "- &lt;b&gt;exp2&lt;/b&gt;: 1.23m at step 250" in html and "<b>exp2</b>" not in html

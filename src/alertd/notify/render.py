@@ -48,9 +48,10 @@ def body(n: Notification) -> str:
 class TitleText:
     """A notifier's own `title`/`text` templates (either may be absent), compiled once.
 
-    `render` gives each rendered text, or None where the notifier has no template or the template
-    failed: a failure is logged (the notifier's name, which template and why; never a URL or a secret)
-    and that part falls back to alertd's own title or lines, so the notification is still delivered.
+    `render` gives each rendered text (a title stripped, a text without trailing blanks), or None where
+    the notifier has no template or the template failed: a failure is logged (the notifier's name, which
+    template and why; never a URL or a secret) and that part falls back to alertd's own title or lines,
+    so the notification is still delivered.
     """
 
     __slots__ = ("_name", "_templates")
@@ -78,7 +79,8 @@ class TitleText:
                 out.append(None)
                 continue
             try:
-                out.append(compiled.render(data))
+                text = compiled.render(data)
+                out.append(text.strip() if part == "title" else text.rstrip())
             except RenderError as e:
                 log.warning(
                     "notifier %s: its %s template failed (%s); sending alertd's own %s", self._name, part, e, part
