@@ -5,6 +5,10 @@
 Tick: 10,000 series (1,000 runs x 10 metrics) under eight classic default rules plus two more (10 rules), each
 series receiving one new sample per tick; measured with 100 and with 1,000 samples of history per
 series, to show that the cost follows the new samples and not the history.
+
+Windows: the same 10,000 series and ticks under five windowed rules (avg over 20 samples, a zscore over 100,
+a quantile over 100, a plateau, an avg over 5m; each on one metric, so 5,000 pairs), beside five threshold
+rules on the same metrics in the same run, and their ratio (target: within 2x).
 """
 
 from __future__ import annotations
@@ -67,7 +71,27 @@ CLASSIC = (
 """The default rules this figure has always been measured with (named: new default rules don't change it)."""
 
 
-def tick_cost(history: int) -> tuple[float, float, float]:
+WINDOWED = (
+    ("train/loss", {"avg": {"over": "20 samples"}, "op": ">", "value": 100}),
+    ("train/grad_norm", {"zscore": {"over": "100 samples", "threshold": 4}}),
+    ("train/tokens_per_second", {"quantile": {"over": "100 samples", "q": 0.9}, "op": ">", "value": 1e9}),
+    ("eval/loss", {"plateau": {"patience": 5}}),
+    ("gpu.temperature", {"avg": {"over": "5m"}, "op": ">", "value": 83}),
+)
+"""One windowed rule per metric; `threshold_rules` puts a threshold on each of the same metrics."""
+
+
+def window_rules() -> RuleSet:
+    return RuleSet([RuleConfig.model_validate({"name": f"w{i}", "metric": m, "condition": c}).build()
+                    for i, (m, c) in enumerate(WINDOWED)])  # fmt: skip
+
+
+def threshold_rules() -> RuleSet:
+    return RuleSet([RuleConfig.model_validate({"name": f"t{i}", "metric": m, "condition": "> 1e9"}).build()
+                    for i, (m, _) in enumerate(WINDOWED)])  # fmt: skip
+
+
+def classic_rules() -> RuleSet:
     cfg = load_config(["rules/default.yaml"], {})
     by_name = {r.name: r for r in cfg.rules}
     extra = [
@@ -79,6 +103,11 @@ def tick_cost(history: int) -> tuple[float, float, float]:
     ]
     ruleset = RuleSet([*(by_name[n] for n in CLASSIC), *extra])  # Eight classic default rules and two more.
     assert len(ruleset.rules) == 10
+    return ruleset
+
+
+def tick_cost(history: int, ruleset: RuleSet | None = None) -> tuple[float, float, float]:
+    ruleset = ruleset or classic_rules()
     series = keys(1000)
     buf = SeriesBuffer(BufferLimits(max_samples=max(history, 64) + 16, max_age=1e9))
     buf.append([Sample(k, 0.0, 0, value(k.metric, 0)) for k in series])
@@ -111,6 +140,15 @@ def main() -> None:
             f"evaluation tick: {busy:.1f} ms for 10000 series x 10 rules, one new sample per series "
             f"({pairs} rule-series pairs, {history} samples of history; target <= 100 ms); "
             f"tick without new samples: {idle:.1f} ms"
+        )
+    for history in (300, 1000):
+        threshold, _, pairs = tick_cost(history, threshold_rules())
+        windowed, _, wpairs = tick_cost(history, window_rules())
+        assert pairs == wpairs
+        print(
+            f"window rules tick: {windowed:.1f} ms for 10000 series, {wpairs} pairs under avg/20 samples, zscore/100, "
+            f"quantile/100, plateau, avg/5m; the same metrics under thresholds: {threshold:.1f} ms; "
+            f"ratio {windowed / threshold:.2f}x ({history} samples of history; target <= 2x)"
         )
 
 

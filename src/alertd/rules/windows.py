@@ -6,9 +6,9 @@ samples up to the judged one) or a duration `D` (the samples whose time is in (t
 sample's time: left-open, as Prometheus' range selectors). Aggregates see only the window's finite
 values; `min_samples` of them are needed (default 1; 0 for `count`).
 
-Exact: sums are kept as Python ints (each value scaled by 2**1074, which makes every double an
-integer), so a mean or a standard deviation is the correctly rounded value of the exact one, and a
-running state advanced sample by sample is the same, bit for bit, as one rebuilt from the window.
+Exact: sums are kept as Python ints (the values times a power of two that makes each an integer; every
+double is one), so a mean or a standard deviation is the correctly rounded value of the exact one, and a
+running state advanced sample by sample gives the same answers, bit for bit, as one rebuilt from the window.
 Cost per judged sample: the values that enter and leave the window (plus, for min/max/quantile, a
 binary search and a move of at most the window's length of 8-byte floats in a sorted array).
 """
@@ -19,24 +19,16 @@ import math
 from array import array
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from alertd.buffer import Series
 from alertd.rules.compare import OPS
 from alertd.rules.memo import Memo
 
-SHIFT = 1074
-"""2**1074 times a double is an integer (the smallest subnormal is 2**-1074)."""
-
 Aggregate = Literal["avg", "min", "max", "sum", "count", "stddev", "quantile"]
 AGGREGATES: tuple[str, ...] = ("avg", "min", "max", "sum", "count", "stddev", "quantile")
 _ORDERED = frozenset({"min", "max", "quantile"})
-
-
-def exact(v: float) -> int:
-    """`v` (finite) times 2**1074, an exact integer."""
-    n, d = v.as_integer_ratio()
-    return n << (SHIFT + 1 - d.bit_length())
+_SUMS = frozenset({"avg", "sum", "stddev"})
 
 
 def _div(a: int, b: int) -> float:
@@ -61,22 +53,32 @@ class Span:
 
 class Running:
     """The finite values at the absolute positions [lo, hi) of one series: their count, their exact sum
-    (and sum of squares), and (for min, max, quantile) the values themselves, sorted."""
+    (`sums`) and sum of squares (`squares`), and (`ordered`: for min, max, quantile) the values, sorted.
 
-    __slots__ = ("count", "hi", "lo", "ordered", "squares", "total")
+    The sums are integers in units of 2**-scale, `scale` the largest power of two any value added needed
+    (a double is an integer times a power of two); a value needing more rescales them, exactly. So they are
+    small integers for everyday values, and always the exact sums."""
 
-    def __init__(self, squares: bool, ordered: bool) -> None:
+    __slots__ = ("count", "hi", "lo", "ordered", "scale", "squares", "sums", "total")
+
+    def __init__(self, sums: bool, squares: bool, ordered: bool) -> None:
         self.lo = self.hi = -1
-        self.count = self.total = 0
-        self.squares: int | None = 0 if squares else None
+        self.count = self.total = self.squares = self.scale = 0
+        self.sums = sums or squares
         self.ordered: array[float] | None = array("d") if ordered else None
+        if not squares:
+            self.squares = -1  # not kept
 
     def move(self, series: Series, lo: int, hi: int) -> None:
         """Make this the window of array indices [lo, hi) of `series` (advanced when that is cheaper than
         a rebuild and the values leaving are still in the buffer; rebuilt otherwise: the same result)."""
         off = series.base - series.start
         plo, phi = lo + off, hi + off
-        if (
+        values = series.values
+        if plo == self.lo + 1 and phi == self.hi + 1 and series.base <= self.lo < self.hi:  # slid by one: the usual
+            self._change(values[lo - 1], -1)
+            self._change(values[hi - 1], 1)
+        elif (
             self.lo < 0
             or plo < self.lo
             or phi < self.hi
@@ -84,33 +86,37 @@ class Running:
             or plo > self.hi
             or (plo - self.lo) + (phi - self.hi) > phi - plo
         ):
-            self._rebuild(series, lo, hi)
+            self.count = self.total = self.scale = 0
+            if self.squares >= 0:
+                self.squares = 0
+            if self.ordered is not None:
+                del self.ordered[:]
+            for i in range(lo, hi):
+                self._change(values[i], 1)
         else:
-            values = series.values
             for i in range(self.lo - off, lo):
                 self._change(values[i], -1)
             for i in range(self.hi - off, hi):
                 self._change(values[i], 1)
         self.lo, self.hi = plo, phi
 
-    def _rebuild(self, series: Series, lo: int, hi: int) -> None:
-        self.count = self.total = 0
-        if self.squares is not None:
-            self.squares = 0
-        if self.ordered is not None:
-            del self.ordered[:]
-        values = series.values
-        for i in range(lo, hi):
-            self._change(values[i], 1)
-
     def _change(self, v: float, sign: int) -> None:
         if v - v != 0.0:  # NaN, ±Inf: left out
             return
-        x = exact(v)
         self.count += sign
-        self.total += sign * x
-        if self.squares is not None:
-            self.squares += sign * x * x
+        if self.sums:
+            n, d = v.as_integer_ratio()
+            k = d.bit_length() - 1  # v = n * 2**-k
+            if k > self.scale:
+                up = k - self.scale
+                self.total <<= up
+                if self.squares > 0:
+                    self.squares <<= 2 * up
+                self.scale = k
+            x = n << (self.scale - k)
+            self.total += x if sign > 0 else -x
+            if self.squares >= 0:
+                self.squares += x * x if sign > 0 else -(x * x)
         if self.ordered is not None:
             if sign > 0:
                 insort(self.ordered, v)
@@ -119,13 +125,16 @@ class Running:
 
     def mean(self) -> float:
         """The mean (count > 0)."""
-        return self.total / (self.count << SHIFT)
+        return self.total / (self.count << self.scale)
+
+    def sum(self) -> float:
+        """The sum (±inf beyond the doubles)."""
+        return _div(self.total, 1 << self.scale)
 
     def stddev(self) -> float:
         """The population standard deviation (count > 0; squares kept)."""
         n, s = self.count, self.total
-        assert self.squares is not None
-        return math.sqrt(_div(n * self.squares - s * s, (n * n) << (2 * SHIFT)))
+        return math.sqrt(_div(n * self.squares - s * s, (n * n) << (2 * self.scale)))
 
 
 def quantile(ordered: array[float], q: float) -> float:
@@ -144,7 +153,7 @@ def aggregate(kind: str, r: Running, q: float = 0.5) -> float:
     if kind == "avg":
         return r.mean()
     if kind == "sum":
-        return _div(r.total, 1 << SHIFT)
+        return r.sum()
     if kind == "count":
         return float(r.count)
     if kind == "stddev":
@@ -182,36 +191,51 @@ class WindowAggregate:
     q: float = 0.5
     min_samples: int = 1
     memo: Memo = field(default_factory=Memo, compare=False, hash=False, repr=False)
+    _how: tuple[Any, ...] = field(init=False, compare=False, hash=False, repr=False)
+    """Worked out once: the comparison, the number compared, the finite values needed, what Running keeps,
+    the baseline's span."""
+
+    def __post_init__(self) -> None:
+        bspan = None
+        if self.baseline is not None:
+            bspan = Span(self.baseline.samples, _after(self.over, self.baseline))
+        how = (
+            OPS[self.op],
+            self.value if self.baseline is None else self.ratio,
+            max(self.min_samples, self.kind != "count"),
+            (self.kind in _SUMS, self.kind == "stddev", self.kind in _ORDERED),
+            bspan,
+        )
+        object.__setattr__(self, "_how", how)
 
     def check(self, series: Series, i: int) -> bool:
         """True when the window (or the ratio to the baseline) compares true; never before the windows
         are full or hold `min_samples` finite values."""
         measured = self.measure(series, i)
-        if measured is None:
-            return False
-        return OPS[self.op](measured, self.value if self.baseline is None else self.ratio)  # type: ignore[arg-type]
+        return measured is not None and self._how[0](measured, self._how[1])
 
     def measure(self, series: Series, i: int) -> float | None:
         """The aggregate of the window that ends at index `i` (with a baseline: its ratio to the baseline's
         aggregate), or None where nothing is judged."""
-        lo = window_start(series, i, self.over, i + 1)
-        if lo is None:
-            return None
+        _, _, least, keep, bspan = self._how
+        samples = self.over.samples
+        if samples is not None:
+            lo = i + 1 - samples
+            if lo < series.start:
+                return None
+        else:
+            lo = bisect_right(series.times, series.times[i] - self.over.seconds, series.start, i + 1)  # type: ignore[operator]
         blo = None
-        if self.baseline is not None:
-            blo = window_start(series, i, Span(self.baseline.samples, _after(self.over, self.baseline)), lo)
+        if bspan is not None:
+            blo = window_start(series, i, bspan, lo)
             if blo is None:
                 return None
-        squares, ordered, least = (
-            self.kind == "stddev",
-            self.kind in _ORDERED,
-            max(self.min_samples, self.kind != "count"),
-        )
-        with self.memo.lock:
-            entry = self.memo.get(series)
+        memo = self.memo
+        with memo.lock:
+            entry = memo.get(series)
             if entry is None:
-                entry = [Running(squares, ordered), None]
-                self.memo.put(series, entry)
+                entry = [Running(*keep), None]
+                memo.put(series, entry)
             recent = entry[0]
             recent.move(series, lo, i + 1)
             if recent.count < least:
@@ -221,7 +245,7 @@ class WindowAggregate:
                 return now
             base = entry[1]
             if base is None:
-                base = entry[1] = Running(squares, ordered)
+                base = entry[1] = Running(*keep)
             base.move(series, blo, lo)
             if base.count < least:
                 return None
@@ -279,7 +303,7 @@ class ZScore:
         with self.memo.lock:
             window = self.memo.get(series)
             if window is None:
-                window = Running(True, False)
+                window = Running(True, True, False)
                 self.memo.put(series, window)
             window.move(series, lo, i)
             if window.count < max(self.min_samples, 1):
