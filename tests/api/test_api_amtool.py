@@ -117,3 +117,35 @@ def test_amtool_with_a_bearer_token(tmp_path: Path) -> None:
         shown = amtool(alertd.url, "config", "show", config=http_config)  # GET /api/v2/status
         assert "receiver: hook" in shown and "group_interval: 1s" in shown
         assert "127.0.0.1:9" not in shown  # the routing only: no notifier, no URL, no secret
+
+
+def test_v1_and_v2_share_one_silence_store_and_v2_answers_as_alertmanager(tmp_path: Path) -> None:
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("")
+    with Served(tmp_path, RULES.format(samples=samples, port=9)) as alertd:
+        c = alertd.client
+        made = c.post(
+            "/api/v1/silences",
+            json={"matchers": [{"name": "run", "value": "exp1"}], "duration": "1h", "createdBy": "v1", "comment": "c"},
+        )
+        sid = made.json()["id"]
+        got = c.get(f"/api/v2/silence/{sid}").json()
+        assert (got["id"], got["createdBy"], got["status"]["state"]) == (sid, "v1", "active")
+        assert got["matchers"] == [{"name": "run", "value": "exp1", "isRegex": False, "isEqual": True}]
+        # a POST with the id replaces that silence (amtool's `silence update`)
+        body = {k: got[k] for k in ("id", "matchers", "startsAt", "endsAt", "createdBy")} | {"comment": "longer"}
+        assert c.post("/api/v2/silences", json=body).json() == {"silenceID": sid}
+        assert [(s["id"], s["comment"]) for s in c.get("/api/v1/silences").json()] == [(sid, "longer")]
+        assert [s["id"] for s in c.get("/api/v2/silences", params={"filter": 'run="exp1"'}).json()] == [sid]
+        assert c.get("/api/v2/silences", params={"filter": 'run="exp2"'}).json() == []
+
+        unknown = c.get("/api/v2/silence/no-such-id")
+        assert unknown.status_code == 404 and unknown.json() == "silence no-such-id not found"
+        assert c.delete("/api/v2/silence/no-such-id").status_code == 404
+        bad = c.get("/api/v2/silences", params={"filter": 'run="unclosed'})
+        assert bad.status_code == 400 and "closing double quote" in bad.json()
+        past = dict(body, id=None, endsAt="2020-01-01T00:00:00Z", startsAt="2019-01-01T00:00:00Z")
+        refused = c.post("/api/v2/silences", json=past)
+        assert refused.status_code == 400 and "end time can't be in the past" in refused.json()
+        assert c.delete(f"/api/v2/silence/{sid}").status_code == 200
+        assert c.get("/api/v1/silences").json()[0]["status"]["state"] == "expired"

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from alertd.config import load_config
 from alertd.dispatch import timeintervals as ti
 from alertd.dispatch.matchers import Matcher, MatchOp, parse_matchers
 from alertd.dispatch.route_config import InhibitRuleConfig, RouteConfig, TimeIntervalConfig
 from alertd.dispatch.routes import Route
+from alertd.errors import ConfigError
 
 from .helpers import FIRING, RESOLVED, Table, tr
 
@@ -182,3 +185,43 @@ def test_inhibit_rules_take_alertmanagers_matchers_and_alertname() -> None:
     assert [items for _, _, items in got] == [("loss_nan/a:firing",)]  # lr_spike of run a is inhibited
     got = table.step(1.0, tr("lr_spike", FIRING, 1.0, run="b"))
     assert [items for _, _, items in got] == [("lr_spike/b:firing",)]  # another run: not inhibited
+
+
+BAD_RULES = """\
+notifiers:
+  chat: {type: log}
+time_intervals:
+  - name: nights
+    time_intervals: [{times: [{start_time: "22:00", end_time: "24:00"}]}]
+  - name: nights
+    time_intervals: [{weekdays: [saturday]}]
+route:
+  receiver: chat
+  mute_time_intervals: [nights]
+  routes:
+    - matchers: ['severity="critical"']
+      receiver: pager
+      active_time_intervals: [weekends]
+    - matchers: ['run=~"(exp"']
+      receiver: chat
+rules:
+  - {name: loss_nan, metric: train/loss, condition: nonfinite}
+"""
+
+
+def test_config_errors_name_their_places(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(BAD_RULES)
+    with pytest.raises(ConfigError) as err:
+        load_config([str(path)])
+    got = {(p.place, p.message.split(":")[0]) for p in err.value.problems}
+    assert ("route.routes[1].matchers", "matchers[0]") in got  # the bad regex stops the rest of the route's checks
+    path.write_text(BAD_RULES.replace("(exp", "exp"))
+    with pytest.raises(ConfigError) as err:
+        load_config([str(path)])
+    assert sorted((p.place, p.message) for p in err.value.problems) == [
+        ("route.mute_time_intervals", "the root route can't have mute_time_intervals: give them to a child route"),
+        ("route.routes[0].active_time_intervals[0]", "no time interval named 'weekends' (defined: nights)"),
+        ("route.routes[0].receiver", "no notifier named 'pager' (defined: chat)"),
+        ("time_intervals[1].name", "time interval 'nights' is defined twice"),
+    ]
