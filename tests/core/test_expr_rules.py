@@ -199,10 +199,26 @@ def test_an_unchanged_expr_rule_keeps_its_place_across_a_reload() -> None:
     assert [t.step for t in first.transitions] == [1]
     reloaded = RuleSet([rule(RATIO)])
     state, kept = carry_over(first.state, ruleset, reloaded, buffer)
-    assert kept == {"overfit"} and state.joins is None
+    assert kept == {"overfit"}
     buffer.append([Sample(ev, 4.0, 2, 1.0), Sample(train, 5.0, 3, 1.0), Sample(ev, 6.0, 3, 2.0)], 6.0)
     second = evaluate(reloaded, buffer, 6.0, state)
     assert [(t.state.value, t.step) for t in second.transitions] == [("resolved", 2), ("firing", 3)]
+
+
+def test_a_changed_expr_rule_starts_from_now_after_a_reload() -> None:
+    old = RuleSet([rule(RATIO.replace("1.5", "3"))])
+    buffer = SeriesBuffer(BufferLimits(max_age=1e9))
+    train, ev = key("train/loss"), key("eval/loss")
+    buffer.append([Sample(train, 1.0, 1, 1.0), Sample(ev, 2.0, 1, 2.0)], 2.0)
+    first = evaluate(old, buffer, 2.0, EvalState())
+    assert first.transitions == ()
+    new = RuleSet([rule(RATIO)])
+    state, kept = carry_over(first.state, old, new, buffer)
+    assert kept == set()
+    buffer.append([Sample(train, 3.0, 2, 1.0), Sample(ev, 4.0, 2, 1.0)], 4.0)
+    buffer.append([Sample(train, 5.0, 3, 1.0), Sample(ev, 6.0, 3, 2.0)], 6.0)
+    second = evaluate(new, buffer, 6.0, state)  # step 1 (ratio 2) is the past: not judged; 2 and 3 are new
+    assert [(t.state.value, t.step) for t in second.transitions] == [("firing", 3)]
 
 
 def test_after_a_restart_an_expr_alert_goes_on_from_the_step_it_last_judged() -> None:

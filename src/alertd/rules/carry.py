@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from alertd.buffer import SeriesBuffer
 from alertd.model import Sample, SeriesKey
-from alertd.rules.evaluate import EvalState, PairKey, RuleSet
+from alertd.rules.evaluate import EvalState, PairKey, RuleSet, find_joins
 from alertd.rules.state import Track, next_event
 
 
@@ -33,10 +33,12 @@ def carry_over(prev: EvalState, old: RuleSet, new: RuleSet, buffer: SeriesBuffer
     timers = {p: t for p, t in prev.timers.items() if p[0] in kept}
     for series in buffer:
         for rule in new.for_series(series.key):
-            if rule.name not in kept:
+            if rule.name not in kept and rule.expr is None:  # an expr rule's runs start from now too (evaluate)
                 tr = tracks[(rule.name, series.key)] = Track()
                 tr.generation, tr.position = series.generation, series.end
-    return EvalState(tracks, timers, prev.version, frozenset(kept)), kept
+    joins = find_joins(new, buffer, tracks)  # expr rules: where each run's judging stands
+    joins.update((j, v) for j, v in (prev.joins or {}).items() if j[0] in kept)
+    return EvalState(tracks, timers, prev.version, frozenset(kept), joins=joins), kept
 
 
 def restored(tracks: Mapping[PairKey, Track], ruleset: RuleSet, buffer: SeriesBuffer) -> EvalState:
@@ -59,4 +61,5 @@ def restored(tracks: Mapping[PairKey, Track], ruleset: RuleSet, buffer: SeriesBu
         due = next_event(ruleset.by_name[pair[0]], tr, None)
         if due is not None:
             timers[pair] = due
-    return EvalState(dict(tracks), timers, buffer.version, frozenset(ruleset.by_name))
+    joins = find_joins(ruleset, buffer, tracks)
+    return EvalState(dict(tracks), timers, buffer.version, frozenset(ruleset.by_name), joins=joins)

@@ -286,28 +286,8 @@ class _Run:
             set_condition(rule, tr, tr.streak >= rule.consecutive, t, self.emit)
 
     def rebuild_joins(self) -> None:
-        """Find every (expr rule, run) of the buffer again (after a reload or a restart: one pass over the
-        series); each starts after the step its alert last judged, else after its newest step."""
-        found: dict[JoinKey, set[str]] = {}
-        for series in self.buffer:
-            for rule in self.ruleset.for_series(series.key):
-                if rule.expr is not None:
-                    found.setdefault((rule.name, series.key.labels), set()).add(series.key.metric)
-        joins = self._joins_w()
-        for (name, labels), metrics in found.items():
-            expr = self.ruleset.by_name[name].expr
-            assert expr is not None
-            joined = note_metrics(expr, new_join(expr), metrics)
-            keys = resolved(expr, joined, labels)
-            found_series = [self.buffer.get(k) for k in keys] if isinstance(keys, list) else [None]
-            if not isinstance(keys, list) or None in found_series:
-                joins[(name, labels)] = joined
-                continue
-            members: list[Series] = found_series  # type: ignore[assignment]
-            tr = self.tracks.get((name, keys[0]))
-            first = members[0]
-            last = tr.step if tr is not None and tr.step is not None else watermark([first], False)
-            joins[(name, labels)] = Join(last, joined.seen, tuple((s.generation, s.end) for s in members))
+        """The joins found again from the buffer (`find_joins`)."""
+        self._joins_w().update(find_joins(self.ruleset, self.buffer, self.tracks))
 
     def finish(self, pair: PairKey, now: float) -> None:
         """Apply the time-based changes of a pair without new samples up to `now`."""
@@ -426,6 +406,32 @@ def evaluate(
         run.joins,
     )
     return Evaluation(now, state, tuple(run.transitions), run.errors)
+
+
+def find_joins(ruleset: RuleSet, buffer: SeriesBuffer, tracks: Mapping[PairKey, Track]) -> dict[JoinKey, Join]:
+    """Every (expr rule, run) of the buffer, found again after a reload or a restart (one pass over the
+    series): each starts after the step its alert last judged, else after the newest step of its first
+    series (the buffered past is not judged again)."""
+    found: dict[JoinKey, set[str]] = {}
+    for series in buffer:
+        for rule in ruleset.for_series(series.key):
+            if rule.expr is not None:
+                found.setdefault((rule.name, series.key.labels), set()).add(series.key.metric)
+    joins = {}
+    for (name, labels), metrics in found.items():
+        expr = ruleset.by_name[name].expr
+        assert expr is not None
+        joined = note_metrics(expr, new_join(expr), metrics)
+        keys = resolved(expr, joined, labels)
+        found_series = [buffer.get(k) for k in keys] if isinstance(keys, list) else [None]
+        if not isinstance(keys, list) or None in found_series:
+            joins[(name, labels)] = joined
+            continue
+        members: list[Series] = found_series  # type: ignore[assignment]
+        tr = tracks.get((name, keys[0]))
+        last = tr.step if tr is not None and tr.step is not None else watermark(members[:1], False)
+        joins[(name, labels)] = Join(last, joined.seen, tuple((s.generation, s.end) for s in members))
+    return joins
 
 
 def _horizon(members: list[Series], last: int, finished: bool, now: float) -> float:
