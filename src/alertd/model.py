@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import NamedTuple
 
 Labels = tuple[tuple[str, str], ...]
@@ -162,13 +163,12 @@ def labels_fingerprint(labels: Iterable[tuple[str, str]]) -> str:
     """Alertmanager's fingerprint (`model.LabelSet.Fingerprint` of prometheus/common): FNV-1a 64 over the
     labels sorted by name, each name and value followed by a 0xff byte; 16 hex digits."""
     h = 0xCBF29CE484222325
-    for name, value in sorted(labels):
-        for part in (name, value):
-            for byte in part.encode() + b"\xff":
-                h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    for byte in b"".join(n.encode() + b"\xff" + v.encode() + b"\xff" for n, v in sorted(labels)):
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return f"{h:016x}"
 
 
+@lru_cache(maxsize=65536)
 def alert_fingerprint(rule: str, labels: Labels, severity: str = "") -> str:
     """The alert's identity: Alertmanager's fingerprint of `am_labels(rule, labels, severity)`, so the same
     alert has the same fingerprint here, in alertd's webhook bodies and in a real Alertmanager."""
