@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import random
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -311,12 +313,43 @@ def test_the_same_rules_over_two_buffers_do_not_mix() -> None:
 def test_the_memo_is_bounded() -> None:
     cond = WindowAggregate("avg", Span(samples=2), ">", value=0.0)
     cond.memo.limit = 50
+    kept = []
     for n in range(200):
         s = Series(SeriesKey("x", (("run", str(n)),)))
+        kept.append(s)
         s.append(0.0, 0, 1.0)
         s.append(1.0, 1, 3.0)
         assert cond.measure(s, 1) == 2.0
     assert len(cond.memo) == 50
+
+
+def test_a_dropped_buffer_takes_its_memo_entries_with_it() -> None:
+    r = rule("{name: a, metric: loss, condition: {quantile: {over: 3 samples, q: 0.5}, op: '>', value: 5}}")
+    replay = Replay(RuleSet([r]))
+    replay.feed(samples(series(), [1, 2, 3, 4]))
+    assert len(r.condition.memo) == 1  # type: ignore[attr-defined]
+    del replay
+    gc.collect()
+    assert len(r.condition.memo) == 0  # type: ignore[attr-defined]
+
+
+def test_two_threads_evaluating_the_same_rules_get_the_serial_answers() -> None:
+    """The service and a dry-run may evaluate the same Rule objects at once, each on its own buffer."""
+    rng = random.Random(3)
+    runs = [[rng.choice([1.0, 2.0, 3.0, 9.0, NAN]) for _ in range(400)] for _ in range(4)]
+
+    def transitions(values: list[float]) -> list[tuple[float, str, str]]:
+        replay = Replay(RuleSet(WINDOW_RULES), BufferLimits(max_samples=64, max_age=1e9))
+        out = []
+        for n in range(0, len(values), 7):
+            chunk = samples(series(), values[n : n + 7], start=n * 10.0)
+            out += [(t.time, t.rule, t.state.value) for t in replay.feed(chunk).transitions]
+        return out
+
+    serial = [transitions(v) for v in runs]
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(transitions, runs)) == serial
+    assert any(serial)
 
 
 # --- config errors -------------------------------------------------------------------------------------------------

@@ -6,8 +6,9 @@ window, not the window's length. The state is only ever a faster way to the answ
 samples give: it is rebuilt from the buffer whenever it can't be advanced (first sight of a series, a
 restart that rewinds it, another buffer's series under the same key, an entry dropped at the bound).
 
-Bounded (`MEMO_MAX` entries per condition, the oldest dropped first) and safe to share between threads
-(one lock per condition: two evaluations never advance the same entry at once).
+Bounded (`MEMO_MAX` entries per condition, the oldest dropped first; an entry goes with its series, as
+when a dry-run's buffer is dropped) and safe to share between threads (one lock per condition: two
+evaluations never advance the same entry at once).
 """
 
 from __future__ import annotations
@@ -46,7 +47,13 @@ class Memo:
         entries = self._entries
         if series.key not in entries and len(entries) >= self.limit:
             del entries[next(iter(entries))]
-        entries[series.key] = (weakref.ref(series.values), series.generation, entry)
+        key = series.key
+
+        def forget(ref: weakref.ref[Any]) -> None:  # the series is gone (a finished dry-run's buffer)
+            if entries.get(key, (None,))[0] is ref:
+                entries.pop(key, None)
+
+        entries[key] = (weakref.ref(series.values, forget), series.generation, entry)
 
     def __len__(self) -> int:
         return len(self._entries)

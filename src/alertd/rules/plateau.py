@@ -46,7 +46,9 @@ class Plateau:
                 # [next position, best, wait]: from the oldest buffered sample
                 state = [series.base, math.inf if self.mode == "min" else -math.inf, 0]
                 self.memo.put(series, state)
-            nxt, best, wait = state
+            nxt: int = state[0]
+            best: float = state[1]
+            wait: int = state[2]
             values, off, delta = series.values, series.start - series.base, self.min_delta
             for p in range(max(nxt, series.base), pos + 1):
                 v = values[p + off]
