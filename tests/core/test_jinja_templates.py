@@ -165,10 +165,19 @@ def test_check_errors_name_line_and_column(text: str, expected: str) -> None:
         "{{ '{:>1000000000}'.format(1) }}",
         "{{ value | random }}",
         "{{ lipsum(1000000) }}",
+        "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}",
+        "{% if 1 %}" * 3000 + "{% endif %}" * 3000,
     ],
 )
 def test_hostile_templates_are_refused_at_load(text: str) -> None:
     error(text)
+
+
+def test_pathological_sources_are_checked_in_linear_time() -> None:
+    for text in ["{% raw %}" * 100_000, "{{ humanize " + "a " * 50_000 + "! }}", "{{ " + "$" * 100_000]:
+        started = time.monotonic()
+        error(text)
+        assert time.monotonic() - started < 5
 
 
 @pytest.mark.parametrize(

@@ -368,7 +368,8 @@ class LabelView(dict[str, str]):
 # --- the Prometheus/Go spellings ------------------------------------------------------------------
 
 _TAG_OPEN = re.compile(r"\{\{|\{%|\{#")
-_RAW = re.compile(r"\{%-?\s*raw\s*-?%\}(.*?)\{%-?\s*endraw\s*-?%\}", re.S)
+_RAW_OPEN = re.compile(r"\{%-?\s*raw\s*-?%\}")
+_RAW_CLOSE = re.compile(r"\{%-?\s*endraw\s*-?%\}")
 _GO_KEYWORD = re.compile(r"""^\s*-?\s*(if|range|with|else|end|define|template|block)(?:\s*-?\s*$|\s+[$."'\w])""")
 _ARG = (
     r"""(?:"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"""
@@ -392,10 +393,13 @@ def translate(source: str) -> str:
         if m is None:
             out.append(source[pos:])
             return "".join(out)
-        raw = _RAW.match(source, m.start())
-        if raw is not None:
-            out.append(source[pos : raw.end()])
-            pos = raw.end()
+        if _RAW_OPEN.match(source, m.start()):
+            close = _RAW_CLOSE.search(source, m.start())
+            if close is None:  # an unclosed raw block: Jinja says so
+                out.append(source[pos:])
+                return "".join(out)
+            out.append(source[pos : close.end()])
+            pos = close.end()
             continue
         out.append(source[pos : m.start()])
         opener = m.group(0)
@@ -537,12 +541,19 @@ class Compiled:
 
 def compile_template(source: str, names: Iterable[str], *, hints: Mapping[str, str] | None = None) -> Compiled:
     """Check and compile `source` where `names` are the data names; CheckError (with line, column) if bad."""
+    try:
+        return _compile(source, names, hints or {})
+    except (RecursionError, MemoryError, SyntaxError):  # ((((... nested past what the parser can take
+        raise CheckError("line 1: the template nests too deeply to compile") from None
+
+
+def _compile(source: str, names: Iterable[str], hints: Mapping[str, str]) -> Compiled:
     translated = translate(source)
     try:
         tree = ENV.parse(translated)
     except TemplateSyntaxError as e:
         raise CheckError(_syntax_message(e, source)) from None
-    _check_tree(tree, source, frozenset(names), hints or {})
+    _check_tree(tree, source, frozenset(names), hints)
     for node in tree.find_all(nodes.For):
         node.iter = nodes.Call(nodes.EnvironmentAttribute("alertd_loop_guard"), [node.iter], [], None, None)
     try:
