@@ -82,7 +82,7 @@ def v2_router(service: Any, error: type[Exception]) -> APIRouter:
         now = service.clock.now()
         wanted = _filters(filter, error)
         out = [s for s in service.silences.list() if all(m in s.matchers for m in wanted)]
-        return [gettable_silence(s, now) for s in out]
+        return [gettable_silence(s, now) for s in sorted(out, key=lambda s: _silence_order(s, now))]
 
     @api.post("/silences")
     async def post_silence(body: PostableSilence) -> dict[str, str]:
@@ -151,6 +151,14 @@ def v2_router(service: Any, error: type[Exception]) -> APIRouter:
         return out
 
     return api
+
+
+def _silence_order(s: Any, now: float) -> tuple[int, float]:
+    """Alertmanager's `SortSilences`: active (soonest end first), pending (soonest start), expired (latest end)."""
+    state = s.state(now)
+    if state == "active":
+        return (0, s.ends_at)
+    return (1, s.starts_at) if state == "pending" else (2, -s.ends_at)
 
 
 def _filters(texts: Sequence[str] | None, error: type[Exception]) -> tuple[Matcher, ...]:
