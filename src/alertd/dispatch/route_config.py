@@ -30,6 +30,17 @@ def _matchers(items: list[str]) -> tuple[Matcher, ...]:
 Periods = dict[str, tuple[ti.Period, ...]]
 
 
+def _checked(parse: Callable[[Any], object]) -> Callable[[_T], _T]:
+    """A field validator that parses the value (a ValueError is the config error) and keeps it as given."""
+
+    def check(value: _T) -> _T:
+        if value is not None:
+            parse(value)
+        return value
+
+    return check
+
+
 class PeriodConfig(Strict):
     """One entry of a named time interval, in Alertmanager's syntax (`alertd.dispatch.timeintervals`)."""
 
@@ -40,12 +51,12 @@ class PeriodConfig(Strict):
     years: list[str | int] | None = None
     location: str | None = None
 
-    _times = field_validator("times")(lambda v: v if v is None else (ti.parse_times(v) and v))
-    _weekdays = field_validator("weekdays")(lambda v: v if v is None else (ti.parse_weekdays(v) and v))
-    _days = field_validator("days_of_month")(lambda v: v if v is None else (ti.parse_days_of_month(v) and v))
-    _months = field_validator("months")(lambda v: v if v is None else (ti.parse_months(v) and v))
-    _years = field_validator("years")(lambda v: v if v is None else (ti.parse_years(v) and v))
-    _location = field_validator("location")(lambda v: v if v is None else (ti.parse_location(v) and v))
+    _times = field_validator("times")(_checked(ti.parse_times))
+    _weekdays = field_validator("weekdays")(_checked(ti.parse_weekdays))
+    _days = field_validator("days_of_month")(_checked(ti.parse_days_of_month))
+    _months = field_validator("months")(_checked(ti.parse_months))
+    _years = field_validator("years")(_checked(ti.parse_years))
+    _location = field_validator("location")(_checked(ti.parse_location))
 
     def to_period(self) -> ti.Period:
         """The core `Period`."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -104,55 +104,54 @@ def parse_times(items: Sequence[Mapping[str, str]]) -> tuple[Range, ...]:
     return tuple(out)
 
 
-def _parse_ranges(items: Sequence[str | int], one: object, what: str) -> tuple[Range, ...]:
+def _parse_ranges(
+    items: Sequence[str | int], one: Callable[[str], int], what: str, *, ordered: bool = True
+) -> tuple[Range, ...]:
+    """`first:last` or `one` items, each end parsed by `one`; with `ordered`, first must not be after last."""
     out = []
     for item in items:
-        text = str(item).strip().lower()
-        first, sep, second = text.partition(":")
+        first, sep, second = str(item).strip().lower().partition(":")
         try:
-            a = one(first)  # type: ignore[operator]
-            b = one(second) if sep else a  # type: ignore[operator]
+            a = one(first)
+            b = one(second) if sep else a
         except (KeyError, ValueError):
             raise ValueError(f"{item!r} is not a {what} or a range of them (first:last)") from None
+        if ordered and a > b:
+            raise ValueError(f"{item!r}: the first {what} must not be after the last")
         out.append((a, b))
     return tuple(out)
 
 
+def _in_range(low: int, high: int) -> Callable[[str], int]:
+    def number(s: str) -> int:
+        n = int(s)
+        if not low <= n <= high:
+            raise ValueError(s)
+        return n
+
+    return number
+
+
 def parse_weekdays(items: Sequence[str]) -> tuple[Range, ...]:
     """`monday:friday`, `saturday`: Sunday is 0, as in Go; a range must not wrap."""
-    out = _parse_ranges(items, lambda s: _WEEKDAYS[s], "weekday")
-    for (a, b), item in zip(out, items, strict=True):
-        if a > b:
-            raise ValueError(f"{item!r}: the first weekday must not be after the last")
-    return out
+    return _parse_ranges(items, lambda s: _WEEKDAYS[s], "weekday")
 
 
 def parse_months(items: Sequence[str | int]) -> tuple[Range, ...]:
     """`january:march`, `1:3`, `december`."""
-
-    def month(s: str) -> int:
-        n = int(s) if s.isdigit() else _MONTHS[s]
-        if not 1 <= n <= 12:
-            raise ValueError(s)
-        return n
-
-    out = _parse_ranges(items, month, "month")
-    for (a, b), item in zip(out, items, strict=True):
-        if a > b:
-            raise ValueError(f"{item!r}: the first month must not be after the last")
-    return out
+    return _parse_ranges(items, lambda s: _in_range(1, 12)(s) if s.isdigit() else _MONTHS[s], "month")
 
 
 def parse_days_of_month(items: Sequence[str | int]) -> tuple[Range, ...]:
-    """`1:7`, `-1` (the last day), `-7:-1`: 1 to 31 or -31 to -1; a range of one sign must not be reversed."""
+    """`1:7`, `-1` (the last day), `-7:-1`: 1 to 31 or -31 to -1, checked as Alertmanager checks them."""
 
     def day(s: str) -> int:
-        n = int(s)
-        if n == 0 or not -31 <= n <= 31:
+        n = _in_range(-31, 31)(s)
+        if n == 0:
             raise ValueError(s)
         return n
 
-    out = _parse_ranges(items, day, "day of the month (1 to 31, or -31 to -1 from the month's end)")
+    out = _parse_ranges(items, day, "day of the month (1 to 31, or -31 to -1 from the month's end)", ordered=False)
     for (a, b), item in zip(out, items, strict=True):
         if a < 0 < b:
             raise ValueError(f"{item!r}: the last day must be negative when the first is")
@@ -163,11 +162,7 @@ def parse_days_of_month(items: Sequence[str | int]) -> tuple[Range, ...]:
 
 def parse_years(items: Sequence[str | int]) -> tuple[Range, ...]:
     """`2026`, `2026:2028`."""
-    out = _parse_ranges(items, lambda s: int(s) if s.isdigit() else int("x"), "year")
-    for (a, b), item in zip(out, items, strict=True):
-        if a > b:
-            raise ValueError(f"{item!r}: the first year must not be after the last")
-    return out
+    return _parse_ranges(items, _in_range(1, 9999), "year")
 
 
 def parse_location(name: str) -> str:
