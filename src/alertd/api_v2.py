@@ -23,7 +23,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from alertd.api_models import MatcherIn, SilenceIn, silence_from, silence_json
-from alertd.dispatch.matchers import Matcher, alert_label_map, matches_all, parse_matchers
+from alertd.dispatch.matchers import Matcher, Silence, alert_label_map, matches_all, parse_matchers
 from alertd.dispatch.routes import bypass_route
 from alertd.model import Alert, AlertState, am_labels, format_time
 from alertd.userregex import compile_user_regex
@@ -86,20 +86,24 @@ def v2_router(service: Any, error: type[Exception]) -> APIRouter:
 
     @api.post("/silences")
     async def post_silence(body: PostableSilence) -> dict[str, str]:
-        """Create a silence (or replace the one `id` names); answers `{"silenceID": ...}`."""
+        """Create a silence, or update the one `id` names as Alertmanager does: in place when only its end
+        (or a pending one's start) changes, else that one is expired and a new one made; `{"silenceID": ...}`."""
         now = service.clock.now()
         if body.endsAt.timestamp() < now:
             raise error(400, "silence invalid: end time can't be in the past")
-        fields = body.model_dump(exclude={"id"})
-        fields["startsAt"] = max(body.startsAt.timestamp(), now) if body.id is None else body.startsAt
+        old = service.silences.get(body.id) if body.id is not None else None
+        if body.id is not None and old is None:
+            raise error(404, f"silence {body.id} not found")
         try:
-            new = silence_from(SilenceIn.model_validate(fields), now)
+            new = silence_from(SilenceIn.model_validate(body.model_dump(exclude={"id"})), now)
         except ValueError as exc:
             raise error(400, f"silence invalid: {exc}") from None
-        if body.id is not None:
-            if service.silences.get(body.id) is None:
-                raise error(404, f"silence {body.id} not found")
-            new = replace(new, id=body.id)
+        if old is not None and _can_update(old, new, now):
+            service.silences.add(replace(new, id=old.id))
+            return {"silenceID": old.id}
+        if old is not None and old.state(now) != "expired":
+            service.silences.expire(old.id, now)
+        new = replace(new, starts_at=max(new.starts_at, now))  # Alertmanager starts a past start now
         service.silences.add(new)
         return {"silenceID": new.id}
 
@@ -151,6 +155,17 @@ def v2_router(service: Any, error: type[Exception]) -> APIRouter:
         return out
 
     return api
+
+
+def _can_update(old: Silence, new: Silence, now: float) -> bool:
+    """Alertmanager's `canUpdate`: the same matchers, and an active one keeps its start and does not end in
+    the past, a pending one does not start in the past; an expired one is never updated."""
+    if old.matchers != new.matchers:
+        return False
+    state = old.state(now)
+    if state == "active":
+        return abs(new.starts_at - old.starts_at) < 0.001 and new.ends_at >= now  # times are shown in ms
+    return state == "pending" and new.starts_at >= now
 
 
 def _silence_order(s: Any, now: float) -> tuple[int, float]:
