@@ -72,7 +72,7 @@ def alertmanagers_body(
 def test_the_body_equals_alertmanagers_field_for_field_after_truncation(tmp_path: Path, recorder: Recorder) -> None:
     start = float(int(time.time()) - 600)
     alerts = [
-        transition(start, run="exp2", job="train", team="ml", source="tb"),
+        transition(start, run="exp2", job="train", team="ml", source="tb", note='läuft "gut" ✓ \\ ,{}'),
         transition(start, run="exp0", team="cv", source="tb"),  # no job: Alertmanager puts it last
         transition(start, run="exp1", job="train", team="ml", source="tb"),
     ]
