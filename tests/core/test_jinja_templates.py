@@ -137,6 +137,8 @@ def test_functions_take_numeric_strings_and_refuse_other_text() -> None:
         ("{{ range .Alerts }}x{{ end }}", "Go template syntax '{{ range }}': write {% for alert in alerts %}"),
         ("{{ if gt $value 1.0 }}x{{ end }}", "Go template syntax '{{ if }}': write {% if cond %}"),
         ('{{ $value | printf "%.2f" }}', "write printf(arg, value)"),
+        ("{{ len .Labels }}", "Go's call 'len ...' has no Jinja spelling: write x | length"),
+        ('{{ query "up" | first | value }}', "an alertd template cannot run PromQL"),
     ],
 )
 def test_check_errors_name_line_and_column(text: str, expected: str) -> None:

@@ -378,6 +378,18 @@ _ARG = (
 _GO_CALL = re.compile(rf"^(\s*-?\s*)({'|'.join(_GO_FUNCS)})((?:\s+{_ARG})+)(\s*-?\s*)$")
 _GO_PIPE_CALL = re.compile(rf"\|\s*({'|'.join(_GO_FUNCS)})\s+{_ARG}")
 _JINJA_WORDS = frozenset({"if", "else", "and", "or", "not", "in", "is"})
+_GO_WORD_CALL = re.compile(r"""\{\{-?\s*([A-Za-z_]\w*)\s+[$."'\w]""")
+_GO_EQUIVALENT = {
+    "len": "x | length",
+    "index": "x[key]",
+    **{op: f"a {sym} b" for op, sym in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"))},
+    "ge": "a >= b",
+    "print": "{{ x }}",
+    "html": "x | e",
+    "urlquery": "x | urlencode",
+    "js": "x | tojson",
+    "query": "no query: an alertd template cannot run PromQL",
+}
 _ONE_ARG = re.compile(rf"\s+({_ARG})")
 
 
@@ -566,8 +578,11 @@ def _compile(source: str, names: Iterable[str], hints: Mapping[str, str]) -> Com
 def _syntax_message(e: TemplateSyntaxError, source: str) -> str:
     message = f"line {e.lineno or 1}: syntax error: {e.message}"
     go = _GO_PIPE_CALL.search(source)
+    call = _GO_WORD_CALL.search(source)
     if go is not None:
         message += f" (Go's '| {go.group(1)} arg' has no Jinja spelling: write {go.group(1)}(arg, value))"
+    elif call is not None and call.group(1) in _GO_EQUIVALENT:
+        message += f" (Go's call '{call.group(1)} ...' has no Jinja spelling: write {_GO_EQUIVALENT[call.group(1)]})"
     elif "$" in (e.message or "") or ".Labels" in source or "$." in source:
         message += " (write labels.NAME or $labels.NAME, value or $value)"
     return message
