@@ -226,11 +226,12 @@ def gettable_alert(service: Any, a: Alert) -> dict[str, Any]:
 
 
 def routing_yaml(service: Any) -> str:
-    """The routing part of the loaded rules as YAML: `route`, `inhibit_rules` (notifiers, which hold
-    secrets, are left out)."""
+    """The routing part of the loaded rules as YAML: `route`, `inhibit_rules`, `time_intervals` (notifiers,
+    which hold secrets, are left out)."""
     cfg = service.config
     doc: dict[str, Any] = {
         "route": cfg.route.model_dump(mode="json", by_alias=True, exclude_defaults=True),
         "inhibit_rules": [r.model_dump(mode="json", exclude_defaults=True) for r in cfg.inhibit_rules],
+        "time_intervals": [t.model_dump(mode="json", exclude_none=True) for t in cfg.route.time_interval_configs()],
     }
     return yaml.safe_dump(doc, sort_keys=False)

@@ -30,6 +30,9 @@ route:
   group_by: [alertname, run]
   group_wait: 0s
   group_interval: 1s
+time_intervals:
+  - name: nights
+    time_intervals: [{{times: [{{start_time: "22:00", end_time: "24:00"}}], location: Europe/Berlin}}]
 rules:
   - name: loss_nan
     metric: train/loss
@@ -115,7 +118,7 @@ def test_amtool_with_a_bearer_token(tmp_path: Path) -> None:
         sid = amtool(alertd.url, "silence", "add", "alertname=x", "--comment=c", "--duration=5m", config=http_config)
         assert amtool(alertd.url, "silence", "query", "-q", config=http_config).split() == [sid.strip()]
         shown = amtool(alertd.url, "config", "show", config=http_config)  # GET /api/v2/status
-        assert "receiver: hook" in shown and "group_interval: 1s" in shown
+        assert "receiver: hook" in shown and "group_interval: 1s" in shown and "location: Europe/Berlin" in shown
         assert "127.0.0.1:9" not in shown  # the routing only: no notifier, no URL, no secret
 
 

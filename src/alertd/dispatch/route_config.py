@@ -119,6 +119,7 @@ class RouteConfig(Strict):
     _re = field_validator("match_re")(_check_regexes)
     _matchers = field_validator("matchers")(_parse_matcher_list)
     _intervals: Periods = PrivateAttr(default_factory=dict)
+    _interval_configs: list[TimeIntervalConfig] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="after")
     def _one_receiver_key(self) -> RouteConfig:
@@ -126,9 +127,15 @@ class RouteConfig(Strict):
             raise ValueError("give receiver (Alertmanager's) or receivers (a list), not both")
         return self
 
-    def use_time_intervals(self, intervals: Periods) -> None:
-        """The top-level `time_intervals` the tree's `mute_time_intervals` / `active_time_intervals` name."""
+    def use_time_intervals(self, intervals: Periods, configs: Sequence[TimeIntervalConfig] = ()) -> None:
+        """The top-level `time_intervals` the tree's `mute_time_intervals` / `active_time_intervals` name
+        (`configs`: as the rules files gave them, for display)."""
         self._intervals = dict(intervals)
+        self._interval_configs = list(configs)
+
+    def time_interval_configs(self) -> list[TimeIntervalConfig]:
+        """The top-level `time_intervals` as given (see `use_time_intervals`)."""
+        return list(self._interval_configs)
 
     def interval_refs(self, loc: tuple[str | int, ...] = ("route",)) -> list[tuple[tuple[str | int, ...], str]]:
         """Every (place, name) where the tree names a time interval, for the config's reference check."""
@@ -220,7 +227,7 @@ def check_time_intervals(parsed: Sequence[tuple[Any, Any]], root: RouteConfig, p
                     place(doc.file, ("time_intervals", i, "name"), f"time interval {interval.name!r} is defined twice")
                 )
             known[interval.name] = tuple(p.to_period() for p in interval.time_intervals)
-    root.use_time_intervals(known)
+    root.use_time_intervals(known, [i for _, model in parsed for i in model.time_intervals])
     route_file = next((doc.file for doc, model in parsed if model.route is not None), None)
     if route_file is None:
         return problems
