@@ -201,6 +201,9 @@ def test_pathological_sources_are_checked_in_linear_time() -> None:
         ("{{ ('x' * 60000) | replace('x', 'yy') }}", "longer than 65536"),
         ("{{ ('x' * 60000).replace('x', 'yy') }}", "longer than 65536"),
         ("{{ range(60000) | join('abc') }}", "longer than 65536"),
+        ("{% set f = 'x'.ljust %}{{ f(1000000000) }}", "calling .ljust() is not allowed"),
+        ("{% set f = labels.items %}{% set g = metric.zfill %}{{ g(1000000000) }}", "calling .zfill() is not allowed"),
+        ("{% set f = 'x'.format %}{{ f(1) }}", "str.format is not available"),
     ],
 )
 def test_hostile_templates_are_stopped_while_rendering_quickly(text: str, why: str) -> None:

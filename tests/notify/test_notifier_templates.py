@@ -168,6 +168,18 @@ async def test_a_hostile_template_is_stopped_and_the_notification_delivered(
 
 
 @pytest.mark.anyio
+async def test_a_template_cannot_change_the_notification(
+    server: RecordingServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    title = "{% set f = alerts[0].update %}{{ f({'labels': {'run': 'changed'}}) }}"  # rendered first
+    await send(chat(server, "slack", title=title, text="{{ alerts[0].labels.run }}"), notification())
+    head, body = _slack(server.last.json())
+    assert head.startswith("[FIRING:1] loss") and body == "exp1"
+    assert "its title template failed (refused: calling .update() is not allowed" in caplog.text
+
+
+@pytest.mark.anyio
 async def test_the_log_notifier_takes_title_and_text(capsys: pytest.CaptureFixture[str]) -> None:
     notifier = LogNotifier("console", LogConfig(type="log", title=TITLE, text="{{ alerts | length }} alert(s)\nok"))
     await notifier.send(notification(transition(value=1234567.0), receiver="console"))
