@@ -82,6 +82,18 @@ def test_a_missing_label_prints_no_value_and_is_reported_but_can_be_tested_for()
     assert render("{{ labels.gpu | default('cpu') }}") == ("cpu", None)
 
 
+def test_jinja_filters_tests_and_blocks_work_in_the_sandbox() -> None:
+    text = (
+        "{{ range(5) | map('string') | join(',') }} {{ labels | dictsort | map(attribute=0) | join('+') }} "
+        "{{ range(6) | select('odd') | list }} {% filter upper %}{{ metric }}{% endfilter %} "
+        "{{ '%05.1f' | format(value) }} {{ labels.run.startswith('gpt') }} {{ labels.run | replace('-', '_') }}"
+    )
+    assert render(text, value=3.14159) == (
+        "0,1,2,3,4 host+metric+run [1, 3, 5] TRAIN/LOSS 003.1 True gpt_small",
+        None,
+    )
+
+
 def test_a_label_named_like_a_method_is_the_label() -> None:
     assert render("{{ labels.items }}", labels={"items": "42"}) == ("42", None)
 
@@ -169,6 +181,7 @@ def test_check_errors_name_line_and_column(text: str, expected: str) -> None:
         "{{ lipsum(1000000) }}",
         "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}",
         "{% if 1 %}" * 3000 + "{% endif %}" * 3000,
+        "{% for x in range(3) recursive %}{{ loop(range(3)) }}{% endfor %}",
     ],
 )
 def test_hostile_templates_are_refused_at_load(text: str) -> None:
@@ -202,6 +215,9 @@ def test_pathological_sources_are_checked_in_linear_time() -> None:
         ("{{ ('x' * 60000).replace('x', 'yy') }}", "longer than 65536"),
         ("{{ range(60000) | join('abc') }}", "longer than 65536"),
         ("{% set f = 'x'.ljust %}{{ f(1000000000) }}", "calling .ljust() is not allowed"),
+        ("{% set b = range(60000)|list %}{% for i in range(20000) %}{% set x = b|sum %}{% endfor %}", "2000000 items"),
+        ("{% set s = 'x' * 60000 %}{% for i in range(20000) %}{% set n = s.count('y') %}{% endfor %}", "2000000"),
+        ("{% set s = 'x' * 60000 %}{% for i in range(20000) %}{% set t = s ~ '' %}{% endfor %}", "2000000 items"),
         ("{% set f = labels.items %}{% set g = metric.zfill %}{{ g(1000000000) }}", "calling .zfill() is not allowed"),
         ("{% set f = 'x'.format %}{{ f(1) }}", "str.format is not available"),
     ],

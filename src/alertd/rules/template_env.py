@@ -32,6 +32,7 @@ from jinja2.filters import FILTERS as DEFAULT_FILTERS
 from jinja2.runtime import Context, LoopContext, Macro
 from jinja2.sandbox import SandboxedEnvironment
 from jinja2.tests import TESTS as DEFAULT_TESTS
+from jinja2.utils import _PassArg
 
 from alertd.rules import template_funcs as funcs
 
@@ -43,6 +44,8 @@ MAX_INT_BITS = 4_096
 """The largest integer (in bits) arithmetic may build while rendering."""
 MAX_STEPS = 20_000
 """Loop iterations and calls one render may make."""
+MAX_WORK = 2_000_000
+"""Items (characters, list entries) the filters, methods and operators of one render may go through."""
 MISSING = "<no value>"
 """What a missing label (or a missing value) renders as: Go templates' own text."""
 
@@ -78,15 +81,24 @@ class CheckError(ValueError):
 
 
 class _Budget:
-    __slots__ = ("left",)
+    """What one render may still do: steps (loop iterations, calls) and work (items filters and operators handle)."""
+
+    __slots__ = ("left", "work")
 
     def __init__(self) -> None:
         self.left = MAX_STEPS
+        self.work = MAX_WORK
 
     def spend(self) -> None:
         self.left -= 1
         if self.left < 0:
             raise SecurityError(f"the template ran more than {MAX_STEPS} loop iterations and calls")
+
+    def handle(self, value: Any) -> None:
+        """Count the items of `value` (a string's characters, a list's entries) as work done."""
+        self.work -= len(value) if isinstance(value, str | list | tuple | dict | set | range) else 1
+        if self.work < 0:
+            raise SecurityError(f"the template handled more than {MAX_WORK} items")
 
 
 def _budget(context: Context) -> _Budget:
@@ -112,18 +124,20 @@ def _sized(value: Any) -> Any:
     return value
 
 
-def _bounded_concat(parts: Iterable[Any]) -> str:
+def _bounded_concat(context: Context, parts: Iterable[Any]) -> str:
     texts = [str(p) for p in parts]
     if sum(len(t) for t in texts) > MAX_STRING:
         raise SecurityError(f"the template built a string longer than {MAX_STRING}")
-    return "".join(texts)
+    text = "".join(texts)
+    _budget(context).handle(text)
+    return text
 
 
 class _Codegen(CodeGenerator):
     """Jinja's code generator with `~` (Concat) routed through a bounded join."""
 
     def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
-        self.write("environment.alertd_concat((")
+        self.write("environment.alertd_concat(context, (")
         for arg in node.nodes:
             self.visit(arg, frame)
             self.write(", ")
@@ -226,7 +240,7 @@ def _format(value: Any, *args: Any, **kwargs: Any) -> str:
 def _join(value: Iterable[Any], d: str = "", attribute: str | int | None = None) -> str:
     if attribute is not None:
         raise SecurityError("join(attribute=...) is not available: map(attribute=...) first")
-    return _bounded_concat(_interleave((_text(v) for v in value), str(d)))
+    return "".join(_interleave((_text(v) for v in value), str(d)))
 
 
 def _interleave(items: Iterable[str], sep: str) -> Iterator[str]:
@@ -246,9 +260,20 @@ def _printf_filter(value: Any, fmt: Any, *more: Any) -> str:
 
 
 def _checked(filter_: Callable[..., Any]) -> Callable[..., Any]:
+    """`filter_` counting its input as work and refusing an oversized result."""
+    pass_arg = _PassArg.from_obj(filter_)
+
+    @pass_context
     @functools.wraps(filter_)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        return _sized(filter_(*args, **kwargs))
+    def run(context: Context, value: Any, *args: Any, **kwargs: Any) -> Any:
+        _budget(context).handle(value)
+        if pass_arg is _PassArg.context:
+            return _sized(filter_(context, value, *args, **kwargs))
+        if pass_arg is _PassArg.eval_context:
+            return _sized(filter_(context.eval_ctx, value, *args, **kwargs))
+        if pass_arg is _PassArg.environment:
+            return _sized(filter_(context.environment, value, *args, **kwargs))
+        return _sized(filter_(value, *args, **kwargs))
 
     return run
 
@@ -302,17 +327,23 @@ class _Environment(SandboxedEnvironment):
             if len(left) + len(right) > MAX_STRING:
                 raise SecurityError(f"the template built a value longer than {MAX_STRING}")
         elif operator == "%" and isinstance(left, str):
-            return _format(left, *(right if isinstance(right, tuple) else (right,)))
-        return _sized(self.binop_table[operator](left, right))
+            result = _format(left, *(right if isinstance(right, tuple) else (right,)))
+            _budget(context).handle(result)
+            return result
+        result = _sized(self.binop_table[operator](left, right))
+        _budget(context).handle(result)
+        return result
 
     def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        _budget(__context).spend()
+        budget = _budget(__context)
+        budget.spend()
         owner = getattr(__obj, "__self__", None)
         name = getattr(__obj, "__name__", "")
         if owner is not None and not isinstance(__obj, Macro):
             allowed = next((m for t, m in _SAFE_METHODS.items() if isinstance(owner, t)), frozenset())
             if name not in allowed:
                 raise SecurityError(f"calling .{name}() is not allowed in a template")
+            budget.handle(owner)
             if name == "replace" and isinstance(owner, str) and len(args) >= 2:
                 _check_replace(owner, str(args[0]), str(args[1]), args[2] if len(args) > 2 else None)
         return _sized(super().call(__context, __obj, *args, **kwargs))
@@ -592,6 +623,9 @@ def _syntax_message(e: TemplateSyntaxError, source: str) -> str:
 
 
 def _check_tree(tree: nodes.Template, source: str, names: frozenset[str], hints: Mapping[str, str]) -> None:
+    for loop in tree.find_all(nodes.For):
+        if loop.recursive:
+            raise CheckError(f"{_find(source, loop.lineno, 'recursive')}: recursive loops are not available")
     for kind in (nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends):
         for node in tree.find_all(kind):
             word = kind.__name__.lower().replace("fromimport", "from ... import")
