@@ -7,12 +7,14 @@
   `labels.x`/`Labels.x`, and a Go call `humanize $value` becomes `humanize(value)`. Other Go syntax
   (`{{ range }}`, `{{ if }}`, `{{ end }}`) is a clear error suggesting the Jinja spelling.
 - At load, `compile_template` refuses a syntax error, an unknown name, filter or test, any attribute or
-  item starting with `_`, and a call of a method outside a short list, each with the template's line
-  and column.
+  item starting with `_`, a call of a method outside a short list, a recursive loop and a template
+  nested past the parser's depth, each with the template's line and column.
 - At render, work is bounded: every loop iteration and every call spends one step of a per-render
-  budget; `*`, `**`, `+`, `%` and `~` refuse results past MAX_STRING characters (or MAX_INT_BITS bits);
-  `range` is the sandbox's (at most 100,000); the output is cut at MAX_OUTPUT characters. The sandbox
-  stays the last guard: `SecurityError` and every other render failure come back as `RenderError`.
+  budget (MAX_STEPS), and the items filters, methods and operators go through are counted against
+  MAX_WORK; `*`, `**`, `+`, `%` and `~` refuse results past MAX_STRING characters (or MAX_INT_BITS
+  bits), before building them where the size is known; `range` is the sandbox's (at most 100,000); the
+  output is cut at MAX_OUTPUT characters. The sandbox stays the last guard: `SecurityError` and every
+  other render failure come back as `RenderError`.
 """
 
 from __future__ import annotations
