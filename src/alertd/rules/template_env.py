@@ -162,13 +162,7 @@ class _Fixed(float):
 
 def number_text(value: float) -> str:
     """A float as alertd prints it: 6 significant digits, `NaN`, `+Inf`, `-Inf`."""
-    if isinstance(value, _Fixed):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return f"{value:.6g}"
+    return str(value) if isinstance(value, _Fixed) else funcs.go_g(value, 6)
 
 
 def _finalize(value: Any) -> Any:
@@ -459,24 +453,30 @@ def translate(source: str) -> str:
         pos = end
 
 
-def _tag_end(source: str, start: int, closer: str) -> int:
-    """Where the tag that begins at `start` ends (the closer's index), skipping string literals."""
-    i, n = start, len(source)
+def _unquoted(text: str, start: int = 0, *, strings: bool = True) -> Iterator[int]:
+    """The indexes from `start` of the characters outside Jinja string literals (all of them if not `strings`)."""
+    i, n = start, len(text)
     quote = ""
     while i < n:
-        ch = source[i]
+        ch = text[i]
         if quote:
             if ch == "\\":
                 i += 2
                 continue
             if ch == quote:
                 quote = ""
-        elif ch in "'\"" and closer != "#}":
+        elif strings and ch in "'\"":
             quote = ch
-        elif source.startswith(closer, i):
-            return i
+        else:
+            yield i
         i += 1
-    return n
+
+
+def _tag_end(source: str, start: int, closer: str) -> int:
+    """Where the tag that begins at `start` ends (the closer's index), skipping string literals."""
+    return next(
+        (i for i in _unquoted(source, start, strings=closer != "#}") if source.startswith(closer, i)), len(source)
+    )
 
 
 def _go_call(body: str, source: str, at: int) -> str:
@@ -504,19 +504,9 @@ def _go_call(body: str, source: str, at: int) -> str:
 def _dollars(body: str) -> str:
     """`$name` -> ` name`, `$.Name` -> `  Name` and `.Name` at a token's start -> ` Name`, outside strings."""
     chars = list(body)
-    quote = ""
-    i = 0
-    while i < len(chars):
+    for i in _unquoted(body):
         ch = chars[i]
-        if quote:
-            if ch == "\\":
-                i += 2
-                continue
-            if ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "$":
+        if ch == "$":
             nxt = chars[i + 1] if i + 1 < len(chars) else ""
             if nxt.isalpha() or nxt == "_":
                 chars[i] = " "
@@ -529,7 +519,6 @@ def _dollars(body: str) -> str:
             and (i == 0 or chars[i - 1].isspace() or chars[i - 1] in "(,|[{-")
         ):
             chars[i] = " "
-        i += 1
     return "".join(chars)
 
 
