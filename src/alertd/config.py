@@ -142,7 +142,7 @@ def _condition_from_mapping(value: Mapping[str, Any]) -> Condition:
         return window_condition(value)
     if len(keys) != 1:
         raise ValueError(
-            "a condition mapping has one key (spike, absent, increasing, decreasing, zscore, plateau), "
+            "a condition mapping has one key (spike, absent, increasing, decreasing, zscore, plateau, expr), "
             "an aggregate (avg, min, max, sum, count, stddev, quantile) with op and value, or op and value, "
             f"got {sorted(keys)}"
         )
@@ -166,7 +166,7 @@ def _condition_from_mapping(value: Mapping[str, Any]) -> Condition:
         return PlateauSpec.model_validate(spec if spec is not None else {}).build()
     raise ValueError(
         f"unknown condition {kind!r}: use spike, absent, increasing, decreasing, nonfinite, zscore, plateau, "
-        "an aggregate (avg, min, max, sum, count, stddev, quantile) or op/value"
+        "an aggregate (avg, min, max, sum, count, stddev, quantile), expr or op/value"
     )
 
 
