@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from alertd.model import format_time
 from alertd.testing.tbwriter import ScalarWriter
 
 T0 = 1_760_000_000.0
@@ -50,6 +51,7 @@ def test_a_dry_run_over_tensorboard_files_fires_at_the_step_the_data_says(tmp_pa
     assert len(lines) == 1
     got = lines[0]
     assert (got["rule"], got["state"], got["step"]) == ("overfitting", "firing", expected_step)
+    assert got["time"] == format_time(T0 + expected_step + 5)  # the time of eval/loss's sample (the first name)
     assert abs(got["value"] - 1.8) < 1e-5  # the left side: eval/train (float32 in the event file)
     assert got["labels"]["metric"] == "eval/loss" and got["labels"]["run"] == "exp1"
     assert got["labels"]["source"] == "tensorboard"
