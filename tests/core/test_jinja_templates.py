@@ -179,6 +179,7 @@ def test_check_errors_name_line_and_column(text: str, expected: str) -> None:
         "{{ '{:>1000000000}'.format(1) }}",
         "{{ value | random }}",
         "{{ lipsum(1000000) }}",
+        "{{ metric | urlize }}",
         "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}",
         "{% if 1 %}" * 3000 + "{% endif %}" * 3000,
         "{% for x in range(3) recursive %}{{ loop(range(3)) }}{% endfor %}",
@@ -215,9 +216,13 @@ def test_pathological_sources_are_checked_in_linear_time() -> None:
         ("{{ ('x' * 60000).replace('x', 'yy') }}", "longer than 65536"),
         ("{{ range(60000) | join('abc') }}", "longer than 65536"),
         ("{% set f = 'x'.ljust %}{{ f(1000000000) }}", "calling .ljust() is not allowed"),
-        ("{% set b = range(60000)|list %}{% for i in range(20000) %}{% set x = b|sum %}{% endfor %}", "2000000 items"),
-        ("{% set s = 'x' * 60000 %}{% for i in range(20000) %}{% set n = s.count('y') %}{% endfor %}", "2000000"),
-        ("{% set s = 'x' * 60000 %}{% for i in range(20000) %}{% set t = s ~ '' %}{% endfor %}", "2000000 items"),
+        ("{% set b = range(60000)|list %}{% for i in range(20000) %}{% set x = b|sum %}{% endfor %}", "1000000 items"),
+        ("{% set s = 'x' * 60000 %}{% for i in range(20000) %}{% set n = s.count('y') %}{% endfor %}", "1000000"),
+        ("{% set s = 'x' * 60000 %}{% for i in range(20000) %}{% set t = s ~ '' %}{% endfor %}", "1000000 items"),
+        ("{% set b = range(60000)|list %}{% for i in range(20000) %}{% set t = 59999 in b %}{% endfor %}", "items"),
+        ("{% set b = range(60000)|list %}{% for i in range(20000) %}{% set t = 9 is in b %}{% endfor %}", "items"),
+        ("{% set b = range(60000)|list %}{% for i in range(99) %}{% set t = b|sort %}{% endfor %}", "items"),
+        ("{% set s = 'x ' * 30000 %}{% for i in range(20000) %}{% set t = title(s) %}{% endfor %}", "items"),
         ("{% set f = labels.items %}{% set g = metric.zfill %}{{ g(1000000000) }}", "calling .zfill() is not allowed"),
         ("{% set f = 'x'.format %}{{ f(1) }}", "str.format is not available"),
     ],
@@ -225,7 +230,7 @@ def test_pathological_sources_are_checked_in_linear_time() -> None:
 def test_hostile_templates_are_stopped_while_rendering_quickly(text: str, why: str) -> None:
     started = time.monotonic()
     out, problem = render(text)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 3
     assert out == "<no value>"
     assert problem is not None and problem.startswith("the template failed: ") and why in problem
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, Undefined, meta, nodes, pass_context
-from jinja2.compiler import CodeGenerator, Frame
+from jinja2.compiler import CodeGenerator, Frame, optimizeconst
 from jinja2.environment import Template
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.filters import FILTERS as DEFAULT_FILTERS
@@ -46,7 +47,7 @@ MAX_INT_BITS = 4_096
 """The largest integer (in bits) arithmetic may build while rendering."""
 MAX_STEPS = 20_000
 """Loop iterations and calls one render may make."""
-MAX_WORK = 2_000_000
+MAX_WORK = 1_000_000
 """Items (characters, list entries) the filters, methods and operators of one render may go through."""
 MISSING = "<no value>"
 """What a missing label (or a missing value) renders as: Go templates' own text."""
@@ -70,7 +71,7 @@ _SAFE_METHODS: Mapping[type, frozenset[str]] = {
 }
 _ALL_SAFE_METHODS = frozenset().union(*_SAFE_METHODS.values())
 _LABEL_METHODS = frozenset({"items", "keys", "values", "get"})
-_REMOVED_FILTERS = ("random", "lipsum")
+_REMOVED_FILTERS = ("random", "lipsum", "urlize")
 _ATTRIBUTE_FILTERS = ("attr", "map", "selectattr", "rejectattr", "sort", "groupby", "sum", "unique", "min", "max")
 
 
@@ -144,6 +145,45 @@ class _Codegen(CodeGenerator):
             self.visit(arg, frame)
             self.write(", ")
         self.write("))")
+
+    @optimizeconst
+    def visit_Compare(self, node: nodes.Compare, frame: Frame) -> None:
+        """`a in b`, `a == b`: through `_compare`, which counts a container's items as work."""
+        self.write("environment.alertd_compare(context, ")
+        self.visit(node.expr, frame)
+        self.write(", (")
+        for op in node.ops:
+            self.write(f"({op.op!r}, ")
+            self.visit(op.expr, frame)
+            self.write("), ")
+        self.write("))")
+
+
+_COMPARE: Mapping[str, Callable[[Any, Any], Any]] = {
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "gt": operator.gt,
+    "gteq": operator.ge,
+    "lt": operator.lt,
+    "lteq": operator.le,
+    "in": lambda a, b: a in b,
+    "notin": lambda a, b: a not in b,
+}
+
+
+def _compare(context: Context, left: Any, ops: tuple[tuple[str, Any], ...]) -> Any:
+    """A (chained) comparison, counting the items of the containers it looks through."""
+    budget = _budget(context)
+    result: Any = True
+    for op, right in ops:
+        budget.handle(right)
+        if op not in ("in", "notin"):
+            budget.handle(left)
+        result = _COMPARE[op](left, right)
+        if not result:
+            return result
+        left = right
+    return result
 
 
 class _Fixed(float):
@@ -255,14 +295,24 @@ def _printf_filter(value: Any, fmt: Any, *more: Any) -> str:
     return funcs.printf(fmt, *more, value)
 
 
-def _checked(filter_: Callable[..., Any]) -> Callable[..., Any]:
-    """`filter_` counting its input as work and refusing an oversized result."""
+_HEAVY = {name: 8 for name in ("sort", "dictsort", "unique", "groupby", "map", "select", "reject", "min", "max")}
+_HEAVY.update({"selectattr": 8, "rejectattr": 8, "sum": 8, "batch": 8, "slice": 8, "title": 8, "wordcount": 4})
+_HEAVY.update({"wordwrap": 16, "pprint": 4, "tojson": 4})
+"""Filters that call Python code per item count each item this many times."""
+
+
+def _checked(filter_: Callable[..., Any], weight: int = 1) -> Callable[..., Any]:
+    """A filter or test counting its value and arguments as work, and refusing an oversized result."""
     pass_arg = _PassArg.from_obj(filter_)
 
     @pass_context
     @functools.wraps(filter_)
     def run(context: Context, value: Any, *args: Any, **kwargs: Any) -> Any:
-        _budget(context).handle(value)
+        budget = _budget(context)
+        for _ in range(weight):
+            budget.handle(value)
+        for item in (*args, *kwargs.values()):
+            budget.handle(item)
         if pass_arg is _PassArg.context:
             return _sized(filter_(context, value, *args, **kwargs))
         if pass_arg is _PassArg.eval_context:
@@ -290,6 +340,7 @@ class _Environment(SandboxedEnvironment):
             cache_size=0,
         )
         self.alertd_concat = _bounded_concat
+        self.alertd_compare = _compare
         self.alertd_loop_guard = _loop_guard
         for name in _REMOVED_FILTERS:
             self.filters.pop(name, None)
@@ -308,7 +359,8 @@ class _Environment(SandboxedEnvironment):
             **funcs.FUNCTIONS,
         }
         self.filters.update(own)
-        self.filters = {k: _checked(v) for k, v in self.filters.items()}
+        self.filters = {k: _checked(v, _HEAVY.get(k, 1)) for k, v in self.filters.items()}
+        self.tests = {k: _checked(cast(Callable[..., Any], v)) for k, v in self.tests.items()}
         self.globals.update({**funcs.FUNCTIONS, "printf": funcs.printf})
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
@@ -333,6 +385,8 @@ class _Environment(SandboxedEnvironment):
     def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         budget = _budget(__context)
         budget.spend()
+        for arg in (*args, *kwargs.values()):
+            budget.handle(arg)
         owner = getattr(__obj, "__self__", None)
         name = getattr(__obj, "__name__", "")
         if owner is not None and not isinstance(__obj, Macro):
