@@ -100,14 +100,22 @@ def test_the_watermark_waits_for_the_slow_series_then_gives_what_an_interleaved_
         ("held", "pending", 81.0),
         ("held", "inactive", 91.0),
     ]
-    # the trainer's source is read first, the evaluator's hours later and in pieces
-    first, state = arrived(rules, [(200.0, t_rows)])
-    assert first == [] and state.tracks == {}  # nothing judged before every series reached a step
-    late, _ = arrived(rules, [(200.0, t_rows), (5000.0, e_rows[:3]), (5001.0, e_rows[3:7]), (9000.0, e_rows[7:])])
-    assert late == interleaved
-    # the other way round: the evaluator first
+    in_time_order = sorted(t_rows + e_rows, key=lambda s: s.time)
+    for size in (1, 3, 7, len(in_time_order)):  # a dry-run, in batches of any size
+        chunks = [in_time_order[i : i + size] for i in range(0, len(in_time_order), size)]
+        assert replayed(rules, chunks) == interleaved
+    # the evaluator's series (the first name) is read first, the trainer's later and in pieces
     other, _ = arrived(rules, [(300.0, e_rows), (301.0, t_rows[:5]), (302.0, t_rows[5:])])
     assert other == interleaved
+    # the trainer's series is read first, the evaluator's hours later: nothing is judged before every
+    # series has reached a step, then the same steps are judged the same way
+    first, state = arrived(rules, [(200.0, t_rows)])
+    assert first == [] and state.tracks == {}
+    late, _ = arrived(rules, [(200.0, t_rows), (5000.0, e_rows[:3]), (5001.0, e_rows[3:7]), (9000.0, e_rows[7:])])
+    assert [t for t in late if t[1] == "overfit"] == [t for t in interleaved if t[1] == "overfit"]
+    # (`for:` runs up to the clock, as for every rule: with the first name's samples hours behind the
+    # clock, `held` fires at the same instant, 46 s, but before steps 3 and 4 are known, so it says step 2)
+    assert [(t[2], t[0], t[3]) for t in late if t[1] == "held"][:2] == [("pending", 21.0, 2), ("firing", 46.0, 2)]
 
 
 def test_runs_are_joined_on_their_own_labels_only() -> None:

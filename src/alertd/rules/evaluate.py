@@ -435,14 +435,14 @@ def find_joins(ruleset: RuleSet, buffer: SeriesBuffer, tracks: Mapping[PairKey, 
 
 
 def _horizon(members: list[Series], last: int, finished: bool, now: float) -> float:
-    """How far through time the alert of an expr rule may go: up to `now` when none of its series waits
-    for another (or the run is finished); else up to its first series' first sample after step `last` (or
-    that series' newest sample), before which the next step it judges can't be."""
-    if finished or all(s.steps[-1] <= last for s in members if len(s.steps) > s.start):
-        return now
+    """How far through time the alert of an expr rule may go: up to its first series' first sample after
+    step `last` (waiting for the other series: the next step it judges can't be earlier), else up to `now`
+    (as every rule: the samples still to come are taken to be no older than `now`)."""
     first = members[0]
     j = next_index(first, last)
-    return min(now, first.times[j] if j < len(first.times) else first.times[-1])
+    if finished or j >= len(first.times):
+        return now
+    return min(now, first.times[j])
 
 
 def _drop_unknown_rules(run: _Run, ruleset: RuleSet) -> bool:
