@@ -7,7 +7,6 @@ listing every problem of every file, each with its place (`rules[3].condition`) 
 from __future__ import annotations
 
 import difflib
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from pydantic import (
 
 from alertd.buffer import BufferLimits
 from alertd.config_types import Duration, Strict
-from alertd.config_windows import PlateauSpec, ZScoreSpec, is_window_condition, window_condition
+from alertd.config_windows import PlateauSpec, ZScoreSpec, is_window_condition, number_value, window_condition
 from alertd.dispatch.route_config import InhibitRuleConfig, RouteConfig, TimeIntervalConfig, check_time_intervals
 from alertd.durations import parse_duration
 from alertd.errors import ConfigError, Problem
@@ -121,15 +120,7 @@ def parse_condition(value: Any) -> Condition:
 
 def _threshold_value(value: Any) -> float:
     """A threshold: a number, or ±Inf; NaN never compares true, so it is refused."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"value must be a number, got {value!r}")
-    try:
-        number = float(value)
-    except ValueError:
-        raise ValueError(f"value must be a number, got {value!r}") from None
-    if math.isnan(number):
-        raise ValueError("value can't be NaN (nothing compares true with NaN; use the nonfinite condition)")
-    return number
+    return number_value(value, "value", "; use the nonfinite condition")
 
 
 def _condition_from_mapping(value: Mapping[str, Any]) -> Condition:

@@ -114,14 +114,15 @@ def window_condition(value: Mapping[str, Any]) -> WindowAggregate:
     for span in (over, baseline):
         if span is not None and span.samples is not None and min_samples > span.samples:
             raise ValueError(f"min_samples ({min_samples}) is more than the window's {span.samples} samples")
-    number = _number(value["ratio"] if baseline is not None else value["value"], "ratio" if baseline else "value")
+    number = number_value(value["ratio"] if baseline is not None else value["value"], "ratio" if baseline else "value")
     q = 0.5 if spec.q is None else spec.q
     if baseline is not None:
         return WindowAggregate(kind, over, value["op"], ratio=number, baseline=baseline, q=q, min_samples=min_samples)
     return WindowAggregate(kind, over, value["op"], value=number, q=q, min_samples=min_samples)
 
 
-def _number(value: Any, what: str) -> float:
+def number_value(value: Any, what: str, hint: str = "") -> float:
+    """A number of the rules file (±Inf allowed); NaN is refused, since nothing compares true with it."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"{what} must be a number, got {value!r}")
     try:
@@ -129,5 +130,5 @@ def _number(value: Any, what: str) -> float:
     except ValueError:
         raise ValueError(f"{what} must be a number, got {value!r}") from None
     if math.isnan(number):
-        raise ValueError(f"{what} can't be NaN (nothing compares true with NaN)")
+        raise ValueError(f"{what} can't be NaN (nothing compares true with NaN{hint})")
     return number

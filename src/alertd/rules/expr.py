@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from fnmatch import translate
 
 from alertd.buffer import Series
+from alertd.rules.compare import OPS
 
 MAX_LENGTH = 2000
 """Characters in one expression."""
@@ -65,14 +66,7 @@ _GLOB = re.compile(r"[*?\[]")
 _PATHLIKE = re.compile(r"[A-Za-z0-9_.:/-]{1,256}")
 _SPECIAL = {"NaN": math.nan, "nan": math.nan, "Inf": math.inf, "inf": math.inf}
 _WORDS = frozenset({"and", "or", "not"})
-_CMP: dict[str, Callable[[float, float], bool]] = {
-    ">": operator.gt,
-    ">=": operator.ge,
-    "<": operator.lt,
-    "<=": operator.le,
-    "==": operator.eq,
-    "!=": operator.ne,
-}
+_CMP = OPS
 _FUNCS = {"abs": 1, "min": 2, "max": 2, "isnan": 1, "isinf": 1, "isfinite": 1}
 _TESTS = frozenset({"isnan", "isinf", "isfinite"})
 _PUNCT = ("(", ")", ",", "+", "-", "*", "/")
