@@ -6,10 +6,12 @@ import logging
 import math
 from datetime import UTC, datetime
 from email.utils import format_datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_wandb import API_KEY, FakeRun, FakeWandb
+from pydantic import ValidationError
 
 from alertd.errors import SourceError
 from alertd.model import Sample
@@ -271,3 +273,21 @@ def test_dry_run_over_the_api_reports_a_nan_at_its_step(fake: FakeWandb) -> None
     assert nan == [("loss_not_finite", "firing", 17), ("loss_not_finite", "resolved", 18)]
     assert lines[0]["labels"]["run"] == "me/proj/r1" and lines[0]["labels"]["run_name"] == "brave-owl-1"
     assert API_KEY not in done.stdout + done.stderr
+
+
+@pytest.mark.anyio
+async def test_the_api_key_comes_from_a_secret_file(fake: FakeWandb, tmp_path: Path) -> None:
+    (tmp_path / "key").write_text(API_KEY + "\n")  # as a Kubernetes Secret volume leaves it
+    fake.add_run(FakeRun("r1", history=[row(0, loss=1.5)]))
+    base = {"name": "wb", "type": "wandb", "project": "me/proj"}
+    cfg = WandbConfig.model_validate({**base, "base_url": fake.url, "api_key_file": str(tmp_path / "key")})
+    assert API_KEY not in repr(cfg)
+    src = WandbSource(cfg)
+    out = list(await src.poll(T0))
+    assert by_metric(out, "loss") == [(0, 1.5)]  # the fake answers only to the right key
+    await src.aclose()
+    with pytest.raises(ValidationError, match="give api_key or api_key_file, not both"):
+        WandbConfig.model_validate({**base, "api_key": "x", "api_key_file": str(tmp_path / "key")})
+    with pytest.raises(ValidationError) as err:
+        WandbConfig.model_validate({**base, "api_key_file": "/nonexistent"})
+    assert "api_key_file: cannot read /nonexistent" in str(err.value)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from alertd.config_types import Duration, SourceConfigBase, Strict
+from alertd.secretfiles import secrets_from_files
 from alertd.userregex import compile_user_regex
 
 
@@ -48,7 +49,10 @@ class NvmlConfig(SourceConfigBase):
 
 
 class WandbConfig(SourceConfigBase):
-    """Polls a W&B project's runs over the GraphQL API. The key comes from WANDB_API_KEY."""
+    """Polls a W&B project's runs over the GraphQL API. The key comes from WANDB_API_KEY, or `api_key`, or
+    `api_key_file` (a Kubernetes Secret volume)."""
+
+    SECRET_FIELDS: ClassVar[tuple[str, ...]] = ("api_key",)
 
     type: Literal["wandb"]
     interval: Duration = 30.0
@@ -68,6 +72,11 @@ class WandbConfig(SourceConfigBase):
     """After a 401/403, how long polls fail fast without calling the API (or until config reload)."""
     timeout: Duration = 30.0
     """Timeout of one HTTP request."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_files(cls, data: Any) -> Any:
+        return secrets_from_files(data, cls.SECRET_FIELDS)
 
 
 class WandbDirConfig(FileSourceConfig):
@@ -153,9 +162,12 @@ class CsvConfig(FileSourceConfig):
 class MlflowConfig(FileSourceConfig):
     """Reads MLflow runs: a local file store (`mlruns/`) or a tracking server over its REST API.
 
-    `tracking_uri` defaults to MLFLOW_TRACKING_URI; the token to MLFLOW_TRACKING_TOKEN, or basic auth
-    from MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD. Neither is ever logged.
+    `tracking_uri` defaults to MLFLOW_TRACKING_URI; the token to MLFLOW_TRACKING_TOKEN (or `token`, or
+    `token_file`), or basic auth from MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD. Neither is
+    ever logged.
     """
+
+    SECRET_FIELDS: ClassVar[tuple[str, ...]] = ("token",)
 
     type: Literal["mlflow"]
     interval: Duration = 10.0
@@ -170,6 +182,11 @@ class MlflowConfig(FileSourceConfig):
     max_retries: int = Field(default=4, ge=0, le=20)
     max_retry_wait: Duration = 60.0
     timeout: Duration = 30.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_files(cls, data: Any) -> Any:
+        return secrets_from_files(data, cls.SECRET_FIELDS)
 
 
 SourceConfig = (
