@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import signal
 from typing import Annotated, Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
@@ -16,7 +17,25 @@ from alertd.userregex import compile_user_regex
 NotifierTemplate = Annotated[str, AfterValidator(check_notifier_template)]
 """A notifier's `title`/`text`: a Jinja2 template over the notification (see notify.template_data)."""
 
-WebhookFormat = Literal["generic", "slack", "discord", "teams", "feishu", "dingtalk", "wecom", "telegram", "mattermost"]
+PUSHOVER_URL = "https://api.pushover.net/1/messages.json"
+PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
+OPSGENIE_URLS = {"us": "https://api.opsgenie.com", "eu": "https://api.eu.opsgenie.com"}
+
+WebhookFormat = Literal[
+    "generic",
+    "slack",
+    "discord",
+    "teams",
+    "feishu",
+    "dingtalk",
+    "wecom",
+    "telegram",
+    "mattermost",
+    "ntfy",
+    "pushover",
+    "pagerduty",
+    "opsgenie",
+]
 
 
 class LogConfig(Strict):
@@ -27,6 +46,20 @@ class LogConfig(Strict):
     text: NotifierTemplate | None = None
 
 
+def _paging_service_url(data: Any) -> Any:
+    """PagerDuty's and Opsgenie's own API as the default `url` (Opsgenie's per `region`)."""
+    if not isinstance(data, dict) or data.get("format") not in ("pagerduty", "opsgenie"):
+        return data
+    if "url" in data:
+        if data["format"] == "opsgenie" and "region" in data:
+            raise ValueError("give region or url, not both")
+        return data
+    if data["format"] == "pagerduty":
+        return {**data, "url": PAGERDUTY_URL}
+    region = data.get("region", "us")
+    return {**data, "url": OPSGENIE_URLS[region]} if region in OPSGENIE_URLS else data
+
+
 class WebhookConfig(Strict):
     """POSTs each notification to `url` in the chat service's own format.
 
@@ -34,16 +67,20 @@ class WebhookConfig(Strict):
     and `secret` may be read from a file instead: `url_file: /run/secrets/hook-url` (Kubernetes Secrets).
     `secret` signs Feishu and DingTalk requests; `chat_id` is Telegram's target chat; `max_alerts` caps the
     alerts per message (0: all); `external_url` is alertd's own address for links (Alertmanager's
-    `externalURL`/`generatorURL`); `msgtype` picks DingTalk's and WeCom's message type.
+    `externalURL`/`generatorURL`); `msgtype` picks DingTalk's and WeCom's message type. `token` (ntfy's access
+    token, Pushover's application token) and `user` (Pushover's user key) are secrets too, also as `*_file`.
     """
 
     model_config = ConfigDict(**Strict.model_config, hide_input_in_errors=True)
-    SECRET_FIELDS: ClassVar[tuple[str, ...]] = ("url", "secret")
+    SECRET_FIELDS: ClassVar[tuple[str, ...]] = ("url", "secret", "token", "user", "routing_key", "api_key")
 
     @model_validator(mode="before")
     @classmethod
     def _secret_files(cls, data: Any) -> Any:
-        return secrets_from_files(data, cls.SECRET_FIELDS)
+        data = secrets_from_files(data, cls.SECRET_FIELDS)
+        if isinstance(data, dict) and data.get("format") == "pushover" and "url" not in data:
+            data = {**data, "url": PUSHOVER_URL}  # Pushover has one API address
+        return _paging_service_url(data)
 
     type: Literal["webhook"]
     format: WebhookFormat = "generic"
@@ -59,6 +96,20 @@ class WebhookConfig(Strict):
     """The message's title (a template over the notification); alertd's own when absent."""
     text: NotifierTemplate | None = None
     """The message's body (a template over the notification); one line per alert when absent."""
+    token: SecretStr | None = None
+    """ntfy's access token (`Authorization: Bearer`), Pushover's application API token."""
+    user: SecretStr | None = None
+    """Pushover's user or group key."""
+    retry: Duration = 60.0
+    """Pushover's emergency priority (critical alerts): how often it repeats until acknowledged (>= 30s)."""
+    expire: Duration = 3600.0
+    """Pushover's emergency priority: how long it keeps repeating (<= 3h)."""
+    routing_key: SecretStr | None = None
+    """PagerDuty's integration key (Events API v2), for format pagerduty; or `routing_key_file`."""
+    api_key: SecretStr | None = None
+    """Opsgenie's API integration key, for format opsgenie; or `api_key_file`."""
+    region: Literal["us", "eu"] | None = None
+    """Opsgenie's API region where no `url` is given: us (api.opsgenie.com) or eu (api.eu.opsgenie.com)."""
 
     @model_validator(mode="after")
     def _check_format_options(self) -> WebhookConfig:
@@ -73,6 +124,27 @@ class WebhookConfig(Strict):
             raise ValueError(f"secret is only used by formats feishu and dingtalk, not {self.format}")
         if self.msgtype != "markdown" and self.format not in ("dingtalk", "wecom"):
             raise ValueError(f"msgtype is only used by formats dingtalk and wecom, not {self.format}")
+        if self.format == "ntfy" and not urlsplit(url).path.strip("/"):
+            raise ValueError("format ntfy needs the topic in the url (https://ntfy.sh/<topic>)")
+        if self.token is not None and self.format not in ("ntfy", "pushover"):
+            raise ValueError(f"token is only used by formats ntfy and pushover, not {self.format}")
+        if self.user is not None and self.format != "pushover":
+            raise ValueError(f"user is only used by format pushover, not {self.format}")
+        if self.format == "pushover" and (self.token is None or self.user is None):
+            raise ValueError("format pushover needs token (the application's API token) and user (the user key)")
+        if ("retry" in self.model_fields_set or "expire" in self.model_fields_set) and self.format != "pushover":
+            raise ValueError(f"retry and expire are only used by format pushover, not {self.format}")
+        if self.retry < 30:
+            raise ValueError("retry must be at least 30s (Pushover's minimum)")
+        if not 0 < self.expire <= 10800:
+            raise ValueError("expire must be more than 0s and at most 3h (Pushover's maximum)")
+        for key, fmt in (("routing_key", "pagerduty"), ("api_key", "opsgenie")):
+            if self.format == fmt and getattr(self, key) is None:
+                raise ValueError(f"format {fmt} needs {key} (or {key}_file)")
+            if self.format != fmt and getattr(self, key) is not None:
+                raise ValueError(f"{key} is only used by format {fmt}, not {self.format}")
+        if self.region is not None and self.format != "opsgenie":
+            raise ValueError(f"region is only used by format opsgenie, not {self.format}")
         if self.format == "generic" and (self.title is not None or self.text is not None):
             raise ValueError("title and text are not used by format generic (it sends Alertmanager's JSON)")
         return self
@@ -243,4 +315,55 @@ class AlertmanagerConfig(Strict):
     """Sent as each alert's `generatorURL` (a link back to this alertd), if set."""
 
 
-NotifierConfig = LogConfig | WebhookConfig | EmailConfig | KillConfig | StopFileConfig | AlertmanagerConfig
+class ExecConfig(Strict):
+    """Runs a program for each notification: `command` is an argv list (never a shell), its first item an
+    absolute path. The generic webhook's JSON goes to stdin, the common fields to `ALERTD_*` variables.
+
+    `timeout`: then the program's process group gets SIGTERM, and SIGKILL `grace` later. Exit 0 is
+    delivered; a code in `retry_codes` (default 75, EX_TEMPFAIL) or a timeout is retried; anything else
+    fails for good. `env` values are secrets: never logged, replaced by `…` in the program's output.
+    """
+
+    model_config = ConfigDict(**Strict.model_config, hide_input_in_errors=True)
+
+    type: Literal["exec"]
+    command: list[str] = Field(min_length=1)
+    timeout: Duration = 30.0
+    grace: Duration = 5.0
+    env: dict[str, SecretStr] = Field(default_factory=dict)
+    retry_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(default_factory=lambda: [75])
+
+    _ENV_NAME: ClassVar[re.Pattern[str]] = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, argv: list[str]) -> list[str]:
+        if any("\0" in arg for arg in argv):
+            raise ValueError("command must not contain NUL characters")
+        if not argv[0].startswith("/"):
+            raise ValueError(
+                f"command[0] must be an absolute path (got {argv[0]!r}): no shell and no PATH lookup are used"
+            )
+        return argv
+
+    @field_validator("timeout", "grace")
+    @classmethod
+    def _positive(cls, seconds: float) -> float:
+        if seconds <= 0:
+            raise ValueError("must be more than 0s")
+        return seconds
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for name, value in env.items():
+            if not cls._ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a valid variable name")
+            if name.upper().startswith("ALERTD_"):
+                raise ValueError(f"{name!r}: ALERTD_* variables are set by alertd")
+            if "\0" in value.get_secret_value():
+                raise ValueError(f"the value of {name!r} must not contain NUL characters")
+        return env
+
+
+NotifierConfig = LogConfig | WebhookConfig | EmailConfig | KillConfig | StopFileConfig | AlertmanagerConfig | ExecConfig

@@ -15,6 +15,7 @@ NOTIFIERS: dict[str, str] = {
     "kill": "alertd.notify.kill:KillNotifier",
     "stop_file": "alertd.notify.stop_file:StopFileNotifier",
     "alertmanager": "alertd.notify.alertmanager:AlertmanagerNotifier",
+    "exec": "alertd.notify.exec:ExecNotifier",
 }
 
 

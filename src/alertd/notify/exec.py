@@ -1,0 +1,240 @@
+"""The exec notifier: runs a program for each notification (an argv list, never a shell).
+
+The program gets the generic webhook's JSON (Alertmanager's v4 body, `formats/generic.py`) on stdin and
+the common fields in `ALERTD_*` environment variables (`ENV_VARS`). Its environment is otherwise small:
+`PATH`, `HOME`, `LANG`, `LC_ALL`, `LC_CTYPE`, `TZ`, `TMPDIR`, `USER` and `LOGNAME` from alertd's own
+environment (so alertd's other secrets never reach it), then the notifier's `env` (secrets: never logged;
+their values are replaced by `…` in captured output and errors; values shorter than 6 characters are not
+recognised). The program runs in its own session and process group; at `timeout` the whole group gets
+SIGTERM, then SIGKILL `grace` seconds later (grandchildren included).
+
+Outcome: exit 0 = delivered; an exit code in `retry_codes` (default 75, EX_TEMPFAIL) or a timeout =
+`NotifyError(recoverable=True)`, retried by the delivery pipeline; any other exit, death by a signal, or
+a program that cannot be started = `NotifyError(recoverable=False)`. The first `OUTPUT_CAP` bytes of
+stdout and of stderr are kept (the rest is read and dropped) and logged: at debug level on success, at
+warning level on failure; the error message carries the end of stderr (at most `ERROR_TAIL` characters).
+Descendants that outlive the program after a normal exit are left alone; alertd stops reading their
+output `DRAIN_WAIT` seconds after the program exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+from typing import Any
+
+from alertd.errors import NotifyError
+from alertd.model import Notification
+from alertd.notify.config import ExecConfig
+from alertd.notify.formats import Options
+from alertd.notify.formats.generic import build as generic_body
+from alertd.notify.formats.redact import Scrubber
+
+log = logging.getLogger(__name__)
+
+OUTPUT_CAP = 4096
+"""Bytes of stdout and of stderr kept per run; the rest is read and dropped."""
+ERROR_TAIL = 500
+"""Characters of stderr's end put in the error message."""
+DRAIN_WAIT = 1.0
+"""Seconds the output pipes are still read after the program exited (a descendant may hold them)."""
+EXIT_POLL = 0.01
+"""Seconds between two looks at whether the program exited."""
+ENV_VALUE_CAP = 1024
+"""Characters at most of one `ALERTD_*` value taken from an alert (labels, annotations)."""
+PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME")
+"""alertd's own environment variables the program inherits; nothing else of alertd's environment."""
+ENV_VARS = (
+    "ALERTD_NOTIFIER",
+    "ALERTD_RECEIVER",
+    "ALERTD_STATUS",
+    "ALERTD_GROUP_KEY",
+    "ALERTD_KEY",
+    "ALERTD_ALERT_COUNT",
+    "ALERTD_FIRING_COUNT",
+    "ALERTD_RULE",
+    "ALERTD_ALERTNAME",
+    "ALERTD_SEVERITY",
+    "ALERTD_SOURCE",
+    "ALERTD_RUN",
+    "ALERTD_SUMMARY",
+)
+"""The variables set for every run (empty where the notification has no such value)."""
+
+
+def alertd_env(notifier: str, n: Notification, body: dict[str, Any]) -> dict[str, str]:
+    """The `ALERTD_*` variables for `n`. The rule, severity, source, run and summary are the first alert's
+    of the body (Alertmanager's order); `ALERTD_KEY` is the idempotency key."""
+    alerts: list[dict[str, Any]] = body["alerts"]
+    first = alerts[0] if alerts else {}
+    labels: dict[str, str] = first.get("labels", {})
+    notes: dict[str, str] = first.get("annotations", {})
+    firing = sum(1 for a in alerts if a["status"] == "firing")
+    rule = str(labels.get("alertname", ""))
+    env = {
+        "ALERTD_NOTIFIER": notifier,
+        "ALERTD_RECEIVER": n.receiver,
+        "ALERTD_STATUS": n.status,
+        "ALERTD_GROUP_KEY": n.group_key,
+        "ALERTD_KEY": n.key,
+        "ALERTD_ALERT_COUNT": str(len(n.alerts)),
+        "ALERTD_FIRING_COUNT": str(firing),
+        "ALERTD_RULE": rule,
+        "ALERTD_ALERTNAME": rule,
+        "ALERTD_SEVERITY": str(labels.get("severity", "")),
+        "ALERTD_SOURCE": str(labels.get("source", "")),
+        "ALERTD_RUN": str(labels.get("run", "")),
+        "ALERTD_SUMMARY": str(notes.get("summary", "")),
+    }
+    return {k: v.replace("\0", "")[:ENV_VALUE_CAP] for k, v in env.items()}
+
+
+class ExecNotifier:
+    """Runs `cfg.command` once per notification; see the module's docstring for the contract."""
+
+    def __init__(self, name: str, cfg: ExecConfig) -> None:
+        self.name = name
+        self.cfg = cfg
+        self._secrets = {k: v.get_secret_value() for k, v in cfg.env.items()}
+        self._scrub = Scrubber(self._secrets.values())
+        self._running: set[asyncio.subprocess.Process] = set()
+
+    @property
+    def target(self) -> str:
+        """The program's path, safe to show (its arguments are configuration, not secrets, but are left out)."""
+        return self.cfg.command[0]
+
+    def body(self, notification: Notification) -> dict[str, Any]:
+        """The JSON written to the program's stdin: the generic webhook's body."""
+        return generic_body(notification, Options())
+
+    def environment(self, notification: Notification) -> dict[str, str]:
+        """The program's whole environment for `notification` (it holds the notifier's secrets)."""
+        env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+        env.update(alertd_env(self.name, notification, self.body(notification)))
+        env.update(self._secrets)
+        return env
+
+    async def send(self, notification: Notification) -> None:
+        """Run the program once; return when it exited 0, else raise NotifyError."""
+        body = json.dumps(self.body(notification), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.cfg.command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self.environment(notification),
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as e:
+            raise self._error(f"cannot start: {e.strerror or e}", recoverable=False) from None
+        self._running.add(proc)
+        try:
+            code, timed_out, out, err = await self._run(proc, body.encode())
+        finally:
+            self._running.discard(proc)
+            if proc.returncode is None:  # cancelled (shutdown): nothing of it may stay
+                _killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+        stdout, stderr = self._text(out), self._text(err)
+        if code == 0 and not timed_out:
+            log.debug("exec %s: delivered %s; stdout %r; stderr %r", self.name, notification.key, stdout, stderr)
+            return
+        if timed_out:
+            why, recoverable = f"no exit within {self.cfg.timeout:g}s: process group killed", True
+        elif code < 0:
+            why, recoverable = f"killed by {_signal_name(-code)}", False
+        elif code in self.cfg.retry_codes:
+            why, recoverable = f"exit status {code} (retryable)", True
+        else:
+            why, recoverable = f"exit status {code}", False
+        log.warning("exec %s: %s for %s; stdout %r; stderr %r", self.name, why, notification.key, stdout, stderr)
+        tail = stderr.strip()[-ERROR_TAIL:]
+        raise self._error(why + (f"; stderr: {tail}" if tail else ""), recoverable=recoverable)
+
+    async def _run(self, proc: asyncio.subprocess.Process, data: bytes) -> tuple[int, bool, bytes, bytes]:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        readers = [asyncio.create_task(_read_capped(proc.stdout)), asyncio.create_task(_read_capped(proc.stderr))]
+        writer = asyncio.create_task(_write(proc.stdin, data))
+        timed_out = False
+        try:
+            try:
+                async with asyncio.timeout(self.cfg.timeout):
+                    await _exited(proc)
+            except TimeoutError:
+                timed_out = True
+                _killpg(proc.pid, signal.SIGTERM)
+                try:
+                    async with asyncio.timeout(self.cfg.grace):
+                        await _exited(proc)
+                except TimeoutError:
+                    pass
+                _killpg(proc.pid, signal.SIGKILL)  # the group: descendants that ignored SIGTERM too
+                await _exited(proc)
+            await asyncio.wait(readers, timeout=DRAIN_WAIT)
+        finally:
+            for task in (*readers, writer):
+                task.cancel()
+            await asyncio.gather(*readers, writer, return_exceptions=True)
+            transport = getattr(proc, "_transport", None)
+            if proc.returncode is not None and transport is not None:
+                transport.close()  # pipes a descendant still holds: stop listening to them
+        out = readers[0].result() if not readers[0].cancelled() else b""
+        err = readers[1].result() if not readers[1].cancelled() else b""
+        return proc.returncode if proc.returncode is not None else -1, timed_out, out, err
+
+    def _text(self, data: bytes) -> str:
+        return self._scrub(data.decode("utf-8", errors="replace"))
+
+    def _error(self, message: str, *, recoverable: bool) -> NotifyError:
+        return NotifyError(self._scrub(f"exec {self.name} ({self.target}): {message}"), recoverable=recoverable)
+
+    async def aclose(self) -> None:
+        """Kill every program still running (their `send` then reports them as killed)."""
+        for proc in list(self._running):
+            if proc.returncode is None:
+                _killpg(proc.pid, signal.SIGKILL)
+
+
+async def _exited(proc: asyncio.subprocess.Process) -> None:
+    """Wait until the program itself exited. Not `proc.wait()`: on Python 3.11 that also waits until every
+    output pipe is closed, which a descendant may keep open long after."""
+    while proc.returncode is None:
+        await asyncio.sleep(EXIT_POLL)
+
+
+async def _read_capped(stream: asyncio.StreamReader) -> bytes:
+    """The first OUTPUT_CAP bytes of `stream`; the rest is read and dropped so the program never blocks."""
+    kept = bytearray()
+    while chunk := await stream.read(65536):
+        if len(kept) < OUTPUT_CAP:
+            kept += chunk[: OUTPUT_CAP - len(kept)]
+    return bytes(kept)
+
+
+async def _write(stdin: asyncio.StreamWriter, data: bytes) -> None:
+    """Write the body and close stdin; a program that does not read it is not an error."""
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stdin.write(data)
+        await stdin.drain()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stdin.close()
+
+
+def _killpg(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
