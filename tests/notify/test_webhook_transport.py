@@ -25,11 +25,18 @@ OK: dict[str, tuple[int, Any]] = {
     "wecom": (200, {"errcode": 0, "errmsg": "ok"}),
     "telegram": (200, {"ok": True, "result": {}}),
     "mattermost": (200, "ok"),
+    "pagerduty": (202, {"status": "success", "message": "Event processed", "dedup_key": "x"}),
+    "opsgenie": (202, {"result": "Request will be processed", "took": 0.3, "requestId": "r"}),
+    "ntfy": (200, {"id": "sPs71M8A2T", "time": 1717000000, "event": "message", "topic": "x"}),
+    "pushover": (200, {"status": 1, "request": "5042853c-402d-4a18-abcb-168734a801de"}),
 }
 EXTRA: dict[str, dict[str, str]] = {
     "telegram": {"chat_id": "42"},
     "feishu": {"secret": "feishu-secret-0042"},
     "dingtalk": {"secret": "SECdingtalk-secret-0042"},
+    "pagerduty": {"routing_key": "pd-routing-key-secret-0042"},
+    "opsgenie": {"api_key": "opsgenie-api-key-secret-0042"},
+    "pushover": {"token": "app-token-secret-0042", "user": "user-key-secret-0042"},
 }
 TOKEN = "T000SECRET/B000SECRET/XXXXtokenXXXXtokenXXXX"
 HEADER_SECRET = "Bearer header-secret-0042"
@@ -68,7 +75,8 @@ async def test_success_sends_idempotency_key_and_custom_headers(
     await send(secret_webhook(server.url(""), fmt), n)
     req = server.last
     assert req.headers["idempotency-key"] == n.key
-    assert req.headers["authorization"] == HEADER_SECRET
+    # Opsgenie's own `Authorization: GenieKey` wins over a custom header of the same name
+    assert req.headers["authorization"] == (HEADER_SECRET if fmt != "opsgenie" else f"GenieKey {EXTRA[fmt]['api_key']}")
     assert req.headers["content-type"] == "application/json"
     assert any("127.0.0.1" in r.getMessage() for r in caplog.records)  # httpx logged the request ...
     assert_no_secret(caplog.text)  # ... with the URL redacted
@@ -180,7 +188,7 @@ async def test_own_client_is_closed(server: RecordingServer) -> None:
         await notifier.send(notification())
 
 
-@pytest.mark.parametrize("fmt", sorted(set(OK) - {"dingtalk", "wecom"}))
+@pytest.mark.parametrize("fmt", sorted(set(OK) - {"dingtalk", "wecom", "pagerduty", "teams"}))
 def test_no_rate_limit_for_other_services(fmt: str) -> None:
     assert webhook("https://example.invalid/x", fmt, **EXTRA.get(fmt, {})).rate_limit is None
 

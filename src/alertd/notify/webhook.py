@@ -51,17 +51,28 @@ class WebhookNotifier:
         self._cfg = cfg
         self._format = get_format(cfg.format)
         self._url = cfg.url.get_secret_value()
-        self._secret = cfg.secret.get_secret_value() if cfg.secret is not None else None
+        key = cfg.secret or cfg.routing_key or cfg.api_key  # a signing secret, PagerDuty's or Opsgenie's key
+        self._secret = key.get_secret_value() if key is not None else None
         self._headers = {k: v.get_secret_value() for k, v in cfg.headers.items()}
+        self._credentials = {
+            k: v.get_secret_value() for k, v in (("token", cfg.token), ("user", cfg.user)) if v is not None
+        }
         self._where = redact_url(self._url)
         self._scrub = Scrubber(
-            [*url_secrets(self._url), *self._headers.values(), *([self._secret] if self._secret else [])]
+            [
+                *url_secrets(self._url),
+                *self._headers.values(),
+                *([self._secret] if self._secret else []),
+                *self._credentials.values(),
+            ]
         )
         self._options = Options(
             max_alerts=cfg.max_alerts,
             chat_id=cfg.chat_id,
             external_url=cfg.external_url,
             msgtype=cfg.msgtype,
+            retry=round(cfg.retry),
+            expire=round(cfg.expire),
         )
         self._title_text = TitleText(name, cfg.title, cfg.text)
         self._own_client = client is None
@@ -90,6 +101,11 @@ class WebhookNotifier:
     async def send(self, notification: Notification) -> None:
         """Deliver `notification` once, or raise NotifyError saying whether a retry can help."""
         signed = self._format.prepare(self._url, self.payload(notification), self._secret, self._clock.now())
+        if self._format.authorize is not None:
+            try:
+                signed = self._format.authorize(signed, self._credentials)
+            except NotifyError as e:
+                raise self._error(str(e), recoverable=e.recoverable) from None
         body = json.dumps(signed.payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         headers = {
             "Content-Type": "application/json",

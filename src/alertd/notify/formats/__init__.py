@@ -15,6 +15,10 @@ from alertd.notify.formats import (
     feishu,
     generic,
     mattermost,
+    ntfy,
+    opsgenie,
+    pagerduty,
+    pushover,
     slack,
     teams,
     telegram,
@@ -35,6 +39,10 @@ FORMATS: Mapping[str, Format] = MappingProxyType(
             wecom.FORMAT,
             telegram.FORMAT,
             mattermost.FORMAT,
+            ntfy.FORMAT,
+            pushover.FORMAT,
+            pagerduty.FORMAT,
+            opsgenie.FORMAT,
         )
     }
 )

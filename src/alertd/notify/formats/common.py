@@ -35,6 +35,10 @@ class Options:
     """The notifier's `title` template as rendered for this notification (None: alertd's own title)."""
     text: str | None = None
     """The notifier's `text` template as rendered for this notification (None: one line per alert)."""
+    retry: int = 60
+    """Pushover's emergency priority: seconds between repeats until acknowledged (at least 30)."""
+    expire: int = 3600
+    """Pushover's emergency priority: seconds the repeats go on (at most 10800)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +243,9 @@ def _code_and_message(body: Any, code_keys: tuple[str, ...], message_keys: tuple
 Builder = Callable[[Notification, Options], JSON]
 Checker = Callable[[Reply], None]
 Preparer = Callable[[str, JSON, "str | None", float], Signed]
+Authorizer = Callable[[Signed, Mapping[str, str]], Signed]
+"""Adds the notifier's credentials (`token`, `user`: secrets) to the prepared request, after `payload()`, so a
+dry-run never shows them."""
 
 
 def unsigned(url: str, payload: JSON, secret: str | None, now: float) -> Signed:
@@ -258,6 +265,7 @@ class Format:
     check: Checker
     prepare: Preparer = unsigned
     rate_limit: tuple[int, float] | None = None
+    authorize: Authorizer | None = None
 
 
 def json_len(text: str) -> int:

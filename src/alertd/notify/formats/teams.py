@@ -32,6 +32,8 @@ SIZE_LIMIT = 27_000
 LINE_LIMIT = 2000
 TEXT_LIMIT = 20_000
 """A notifier's own `text` (one block) is cut to this many characters."""
+RATE_LIMIT = (4, 1.0)
+"""Teams' documented limit for a webhook: 4 requests a second (more are answered 429)."""
 
 
 def _card(n: Notification, head: str, lines: list[str], omitted: int) -> JSON:
@@ -98,4 +100,4 @@ def check(reply: Reply) -> None:
     check_http(reply, "Teams workflow", snippet(detail))
 
 
-FORMAT = Format(name="teams", build=build, check=check)
+FORMAT = Format(name="teams", build=build, check=check, rate_limit=RATE_LIMIT)
