@@ -2,8 +2,9 @@
 
 It never retries (the delivery pipeline does): a failure is a `NotifyError` whose `recoverable` says
 whether a retry can help (timeouts, connection errors, 5xx, 429 and the services' rate-limit codes) and
-whose `retry_after` carries the service's hint. The URL, the signing secret and the header values are
-secrets: errors and logs show the URL as `scheme://host/…` and nothing else of them.
+whose `retry_after` carries the service's hint. The URL, the signing secret, the header values and the
+`token`/`user` credentials are secrets: errors and logs show the URL as `scheme://host/…` and nothing else
+of them.
 """
 
 from __future__ import annotations
