@@ -212,8 +212,19 @@ async def test_aclose_kills_a_running_program(tmp_path: Path) -> None:
     await n.aclose()
     with pytest.raises(NotifyError) as info:
         await asyncio.wait_for(sending, 20)
-    assert "killed by SIGKILL" in str(info.value)
+    assert "killed by SIGKILL at shutdown" in str(info.value)
+    assert info.value.recoverable  # the notification stays in the outbox for the next start
     assert gone(int(pid_file.read_text()))
+
+
+async def test_a_secret_across_the_output_cap_is_still_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="alertd")
+    code = f"sys.stdout.write('A' * ({OUTPUT_CAP} - 5) + os.environ['TOKEN'] + 'B' * 100)\n"
+    await notifier(tmp_path, code, env={"TOKEN": SECRET}).send(notification())
+    assert "AAAAA…" in caplog.text
+    assert SECRET[:5] not in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -102,6 +102,9 @@ class ExecNotifier:
         self._secrets = {k: v.get_secret_value() for k, v in cfg.env.items()}
         self._scrub = Scrubber(self._secrets.values())
         self._running: set[asyncio.subprocess.Process] = set()
+        self._closing = False
+        self._keep = OUTPUT_CAP + max((len(v.encode()) for v in self._secrets.values()), default=0)
+        """Bytes read ahead of the cap, so a secret across the cut is still whole when it is replaced."""
 
     @property
     def target(self) -> str:
@@ -149,6 +152,8 @@ class ExecNotifier:
             return
         if timed_out:
             why, recoverable = f"no exit within {self.cfg.timeout:g}s: process group killed", True
+        elif code < 0 and self._closing:
+            why, recoverable = f"killed by {_signal_name(-code)} at shutdown", True
         elif code < 0:
             why, recoverable = f"killed by {_signal_name(-code)}", False
         elif code in self.cfg.retry_codes:
@@ -161,7 +166,7 @@ class ExecNotifier:
 
     async def _run(self, proc: asyncio.subprocess.Process, data: bytes) -> tuple[int, bool, bytes, bytes]:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        readers = [asyncio.create_task(_read_capped(proc.stdout)), asyncio.create_task(_read_capped(proc.stderr))]
+        readers = [asyncio.create_task(_read_capped(s, self._keep)) for s in (proc.stdout, proc.stderr)]
         writer = asyncio.create_task(_write(proc.stdin, data))
         timed_out = False
         try:
@@ -191,13 +196,15 @@ class ExecNotifier:
         return proc.returncode if proc.returncode is not None else -1, timed_out, out, err
 
     def _text(self, data: bytes) -> str:
-        return self._scrub(data.decode("utf-8", errors="replace"))
+        """The output as text, secrets replaced, then cut to OUTPUT_CAP characters."""
+        return self._scrub(data.decode("utf-8", errors="replace"))[:OUTPUT_CAP]
 
     def _error(self, message: str, *, recoverable: bool) -> NotifyError:
         return NotifyError(self._scrub(f"exec {self.name} ({self.target}): {message}"), recoverable=recoverable)
 
     async def aclose(self) -> None:
-        """Kill every program still running (their `send` then reports them as killed)."""
+        """Kill every program still running (their `send` then fails as recoverable: retried after a restart)."""
+        self._closing = True
         for proc in list(self._running):
             if proc.returncode is None:
                 _killpg(proc.pid, signal.SIGKILL)
@@ -210,12 +217,12 @@ async def _exited(proc: asyncio.subprocess.Process) -> None:
         await asyncio.sleep(EXIT_POLL)
 
 
-async def _read_capped(stream: asyncio.StreamReader) -> bytes:
-    """The first OUTPUT_CAP bytes of `stream`; the rest is read and dropped so the program never blocks."""
+async def _read_capped(stream: asyncio.StreamReader, keep: int) -> bytes:
+    """The first `keep` bytes of `stream`; the rest is read and dropped so the program never blocks."""
     kept = bytearray()
     while chunk := await stream.read(65536):
-        if len(kept) < OUTPUT_CAP:
-            kept += chunk[: OUTPUT_CAP - len(kept)]
+        if len(kept) < keep:
+            kept += chunk[: keep - len(kept)]
     return bytes(kept)
 
 
