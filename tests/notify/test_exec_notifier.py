@@ -212,7 +212,7 @@ async def test_aclose_kills_a_running_program(tmp_path: Path) -> None:
     await n.aclose()
     with pytest.raises(NotifyError) as info:
         await asyncio.wait_for(sending, 20)
-    assert "killed by SIGKILL at shutdown" in str(info.value)
+    assert "killed by SIGKILL: the notifier was closed" in str(info.value)
     assert info.value.recoverable  # the notification stays in the outbox for the next start
     assert gone(int(pid_file.read_text()))
 

@@ -14,7 +14,8 @@ a program that cannot be started = `NotifyError(recoverable=False)`. The first `
 stdout and of stderr are kept (the rest is read and dropped) and logged: at debug level on success, at
 warning level on failure; the error message carries the end of stderr (at most `ERROR_TAIL` characters).
 Descendants that outlive the program after a normal exit are left alone; alertd stops reading their
-output `DRAIN_WAIT` seconds after the program exits.
+output `DRAIN_WAIT` seconds after the program exits. `aclose()` (shutdown, reload) kills the groups of the
+programs still running; their deliveries fail as recoverable, so they are retried.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ class ExecNotifier:
         if timed_out:
             why, recoverable = f"no exit within {self.cfg.timeout:g}s: process group killed", True
         elif code < 0 and self._closing:
-            why, recoverable = f"killed by {_signal_name(-code)} at shutdown", True
+            why, recoverable = f"killed by {_signal_name(-code)}: the notifier was closed (shutdown or reload)", True
         elif code < 0:
             why, recoverable = f"killed by {_signal_name(-code)}", False
         elif code in self.cfg.retry_codes:
