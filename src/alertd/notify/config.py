@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import signal
 from typing import Annotated, Any, ClassVar, Literal
@@ -11,7 +12,7 @@ from pydantic import AfterValidator, ConfigDict, Field, SecretStr, ValidationErr
 
 from alertd.config_types import Duration, Strict
 from alertd.notify.template_data import check_notifier_template
-from alertd.secretfiles import secrets_from_files
+from alertd.secretfiles import read_secret_file, secrets_from_files
 from alertd.userregex import compile_user_regex
 
 NotifierTemplate = Annotated[str, AfterValidator(check_notifier_template)]
@@ -366,4 +367,86 @@ class ExecConfig(Strict):
         return env
 
 
-NotifierConfig = LogConfig | WebhookConfig | EmailConfig | KillConfig | StopFileConfig | AlertmanagerConfig | ExecConfig
+class WandbStopConfig(Strict):
+    """Stops the alert's W&B run (its `run` label, `entity/project/run_id`) through the GraphQL API, as
+    `wandb.Api().run(path).stop()` does. The key comes from `api_key`, `api_key_file`, else WANDB_API_KEY;
+    the server from `base_url`, else WANDB_BASE_URL, else https://api.wandb.ai."""
+
+    model_config = ConfigDict(**Strict.model_config, hide_input_in_errors=True)
+    SECRET_FIELDS: ClassVar[tuple[str, ...]] = ("api_key",)
+
+    type: Literal["wandb_stop"]
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    timeout: Duration = 30.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_files(cls, data: Any) -> Any:
+        return secrets_from_files(data, cls.SECRET_FIELDS)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None and urlsplit(url).scheme not in ("http", "https"):
+            raise ValueError(f"base_url must be an http(s) URL (got {url[:80]!r})")
+        return url
+
+    @field_validator("timeout")
+    @classmethod
+    def _positive_timeout(cls, seconds: float) -> float:
+        if seconds <= 0:
+            raise ValueError("must be more than 0s")
+        return seconds
+
+
+class AppriseConfig(Strict):
+    """Delivers through Apprise (the optional extra `alertd[apprise]`) to every URL in `urls`
+    (`json://host/path`, `tgram://...`, `discord://...`: Apprise's own URL schemes). The URLs carry tokens:
+    they are secrets, never logged and never in an error message; or `urls_file`, one URL a line."""
+
+    model_config = ConfigDict(**Strict.model_config, hide_input_in_errors=True)
+
+    type: Literal["apprise"]
+    urls: list[SecretStr] = Field(min_length=1, max_length=100)
+    timeout: Duration = 30.0
+    title: NotifierTemplate | None = None
+    """The message's title (a template over the notification); alertd's own when absent."""
+    text: NotifierTemplate | None = None
+    """The message's body (a template over the notification); one line per alert when absent."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _urls_file(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "urls_file" not in data:
+            return data
+        if "urls" in data:
+            raise ValueError("give urls or urls_file, not both")
+        rest = {k: v for k, v in data.items() if k != "urls_file"}
+        urls = read_secret_file(data["urls_file"], "urls_file").splitlines()
+        return {**rest, "urls": [u.strip() for u in urls if u.strip() and not u.strip().startswith("#")]}
+
+    @model_validator(mode="after")
+    def _installed(self) -> AppriseConfig:
+        if self.timeout <= 0:
+            raise ValueError("timeout must be more than 0s")
+        try:
+            found = importlib.util.find_spec("apprise") is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise ValueError("the apprise notifier needs the apprise package: pip install 'alertd[apprise]'")
+        return self
+
+
+NotifierConfig = (
+    LogConfig
+    | WebhookConfig
+    | EmailConfig
+    | KillConfig
+    | StopFileConfig
+    | AlertmanagerConfig
+    | ExecConfig
+    | WandbStopConfig
+    | AppriseConfig
+)

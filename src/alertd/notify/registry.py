@@ -16,6 +16,8 @@ NOTIFIERS: dict[str, str] = {
     "stop_file": "alertd.notify.stop_file:StopFileNotifier",
     "alertmanager": "alertd.notify.alertmanager:AlertmanagerNotifier",
     "exec": "alertd.notify.exec:ExecNotifier",
+    "wandb_stop": "alertd.notify.wandb_stop:WandbStopNotifier",
+    "apprise": "alertd.notify.apprise_notifier:AppriseNotifier",
 }
 
 
