@@ -106,3 +106,18 @@ def test_check_says_how_to_install_apprise_when_it_is_missing(tmp_path: Path) ->
     assert done.returncode == 1, out
     assert "notifiers.chat" in out and "pip install 'alertd[apprise]'" in out
     assert SECRET not in out
+
+
+@pytest.mark.anyio
+async def test_a_warning_alert_is_apprises_warning_type(server: RecordingServer) -> None:
+    await notifier(server).send(notification(transition(severity="warning")))
+    assert json.loads(server.last.body)["type"] == "warning"
+
+
+@pytest.mark.anyio
+async def test_a_receiver_slower_than_timeout_is_a_retryable_failure(server: RecordingServer) -> None:
+    server.answer(200, "ok", delay=5.0)
+    with pytest.raises(NotifyError) as info:
+        await notifier(server, timeout=0.5).send(notification(transition()))
+    assert info.value.recoverable and "no answer within 0.5s" in str(info.value)
+    assert SECRET not in str(info.value)
