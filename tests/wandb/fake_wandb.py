@@ -35,6 +35,8 @@ class FakeRun:
     heartbeat_at: str = "2026-01-01T00:00:00"
     history: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    stopped: bool = False
+    """Set by the `StopRun` mutation (what `Run.stop()` sends)."""
 
     def last_step(self) -> int:
         return max((int(r["_step"]) for r in self.history), default=-1)
@@ -146,6 +148,12 @@ class FakeWandb:
                     "teams": {"edges": []},
                 }
             }
+        if op == "StopRun":
+            for r in self.runs.values():
+                if r.node("1")["id"] == v.get("id"):
+                    r.stopped = True
+                    return {"stopRun": {"success": True}}
+            return {"stopRun": None}
         if v.get("entity") not in (None, self.entity) or v.get("project") not in (None, self.project):
             return {"project": None}
         if op in ("Runs", "AlertdRuns"):
