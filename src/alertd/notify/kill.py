@@ -125,6 +125,11 @@ class KillReport:
     dry_run: bool = False
     note: str = ""
 
+    @property
+    def action(self) -> str:
+        """What kind of action this reports (the announcement's `action` label)."""
+        return "kill"
+
     def summary(self) -> str:
         """One line for people: what was done to which process, and how it ended."""
         who = f"pid {self.pid}" if self.pid is not None else "no process"

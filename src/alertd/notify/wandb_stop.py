@@ -7,7 +7,8 @@ for `kill`; repeats, re-sends and resolutions do nothing), the run is taken from
 the run's storage id (`project(name, entityName) { run(name) { id } }`), then exactly the mutation that
 `wandb.Api().run(path).stop()` has wandb-core send (`StopRun`, variables `{"id": <storage id>}`). The
 backend sets the run's stop flag; the training process picks it up at its next heartbeat and ends the
-run gracefully.
+run gracefully. Each `WandbStopReport` (stopped or refused) goes to the `report` callback: the service
+announces it to the alert's other receivers, as it does the kill notifier's reports.
 
 Policy:
 - An alert without an attributable run (no `run` label, or not `entity/project/run_id`), or a run the
@@ -27,7 +28,7 @@ import logging
 import os
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -65,6 +66,19 @@ class WandbStopReport:
     state: str = ""
     """The run's state before the stop, as the server reported it."""
     refused: str | None = None
+    stamp: str = ""
+    """The firing acted on (its start, epoch seconds): tells this report from those of the alert's other
+    firings when it is announced."""
+
+    @property
+    def action(self) -> str:
+        """What kind of action this reports (the announcement's `action` label)."""
+        return "wandb_stop"
+
+    @property
+    def signals(self) -> tuple[()]:
+        """No signal is sent (the shape of an action report, as the kill notifier's)."""
+        return ()
 
     def summary(self) -> str:
         """One line for people."""
@@ -118,15 +132,15 @@ class WandbStopNotifier:
                 log.info("wandb_stop %s: already acted on %s (%s), nothing to do", self.name, alert.rule, key[0])
                 continue
             run = dict(alert.labels).get("run", "")
-            base = WandbStopReport(self.name, alert.fingerprint, alert.rule, run)
+            base = WandbStopReport(self.name, alert.fingerprint, alert.rule, run, stamp=f"{alert.since:.3f}")
             try:
                 state = await self._stop(run)
             except _Refused as r:
                 self._remember(key)
-                await self._emit(WandbStopReport(base.notifier, base.fingerprint, base.rule, run, refused=str(r)))
+                await self._emit(replace(base, refused=str(r)))
                 continue
             self._remember(key)
-            await self._emit(WandbStopReport(base.notifier, base.fingerprint, base.rule, run, True, state))
+            await self._emit(replace(base, stopped=True, state=state))
 
     async def _stop(self, run: str) -> str:
         m = _RUN_PATH.fullmatch(run)
