@@ -34,7 +34,7 @@ from alertd.buffer import SeriesBuffer
 from alertd.child import ChildRun
 from alertd.clock import Clock, SystemClock
 from alertd.config import Config, load_config
-from alertd.dispatch.announce import announcements
+from alertd.dispatch.announce import ActionReport, announcements
 from alertd.dispatch.dispatcher import Dispatcher
 from alertd.dispatch.outbox import Outbox, StateDirError, state_dir
 from alertd.dispatch.silences import SilenceStore
@@ -43,8 +43,8 @@ from alertd.health import SourceHealth
 from alertd.logs import setup_logging
 from alertd.model import Sample, SeriesKey, Transition, TransitionKind, make_labels
 from alertd.notify.base import Notifier
-from alertd.notify.config import KillConfig
-from alertd.notify.registry import build_notifier
+from alertd.notify.config import KillConfig, NotifierConfig
+from alertd.notify.registry import accepts, build_notifier
 from alertd.persist import Snapshot, StateStore
 from alertd.rules.carry import carry_over, fingerprint, restored, rule_fingerprints
 from alertd.rules.evaluate import EvalState, Evaluation, PairKey, RuleSet, evaluate
@@ -70,6 +70,9 @@ that did is committed at once, with what it planned). A crash reads at most this
 plans nothing new: the same transitions give the same idempotency keys."""
 POLL_TIMEOUT = 10.0
 """Seconds beyond its interval a source's poll may take before it counts as failed (it keeps its thread)."""
+ACTION_TYPES = ("kill", "stop_file", "wandb_stop", "slurm")
+"""Notifier types that act on the training run rather than tell people: what they did (each one whose
+class takes `report=`) is announced to the alert's other receivers, never to these."""
 WAKE_GAP = 0.005
 """Seconds between the starts of two reads of one source woken by file-system notifications: a writer
 flushing continuously costs at most 1/WAKE_GAP reads a second, whatever its rate; the first write after a
@@ -411,27 +414,33 @@ class Service:
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    def _notifier(self, name: str, cfg: object) -> Notifier:
+    def _notifier(self, name: str, cfg: NotifierConfig) -> Notifier:
+        kwargs: dict[str, Any] = {}
         if isinstance(cfg, KillConfig):
             if self.exec_mode and "target" not in cfg.model_fields_set:
                 cfg = cfg.model_copy(update={"target": "child"})  # under exec, the trainer is the child
-            return build_notifier(
-                name, cfg, report=self._kill_report, writers=self.writer_registry.writer, child=self._child_identity
-            )
-        if getattr(cfg, "type", None) == "log" and self.console is not None:
-            return build_notifier(name, cfg, stream=self.console)  # type: ignore[arg-type]
-        return build_notifier(name, cfg)  # type: ignore[arg-type]
+            kwargs |= {"writers": self.writer_registry.writer, "child": self._child_identity}
+        elif cfg.type == "log" and self.console is not None:
+            kwargs["stream"] = self.console
+        if cfg.type in ACTION_TYPES and accepts(cfg.type, "report"):
+            kwargs["report"] = self._action_report
+        return build_notifier(name, cfg, **kwargs)
 
     def _child_identity(self) -> tuple[int, int] | None:
         return self.child.identity() if self.child is not None else None
 
-    async def _kill_report(self, report: Any) -> None:
-        """Tell people what the kill notifier did: a notification to every other receiver the alert routes to."""
-        log.warning("%s", report.summary(), extra={"rule": report.rule, "pid": report.pid})
+    async def _action_report(self, report: ActionReport) -> None:
+        """Tell people what an action notifier did (a kill, a W&B run stopped, ...): a notification to every
+        receiver the alert routes to but the action notifiers (ACTION_TYPES)."""
+        extra = {"rule": report.rule, "action": report.action, "notifier": report.notifier}
+        pid = getattr(report, "pid", None)
+        if pid is not None:
+            extra["pid"] = pid
+        log.warning("%s", report.summary(), extra=extra)
         assert self.dispatcher is not None
         alerts = self.engine.state.alerts(self.engine.ruleset.rules)
         alert = next((a for a in alerts if a.fingerprint == report.fingerprint), None)
-        actions = [n for n, cfg in self.config.notifiers.items() if cfg.type in ("kill", "stop_file")]
+        actions = [n for n, cfg in self.config.notifiers.items() if cfg.type in ACTION_TYPES]
         notes = announcements(report, alert, self.dispatcher.route, actions, self.clock.now())
         self.dispatcher.outbox.commit_plan(notes, {})
         self._wake.set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from alertd.notify.base import Notifier
@@ -21,9 +22,24 @@ NOTIFIERS: dict[str, str] = {
 }
 
 
+def _factory(type_: str) -> Any:
+    module, _, cls = NOTIFIERS[type_].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def accepts(type_: str, keyword: str) -> bool:
+    """Whether the class of notifier type `type_` takes the keyword argument `keyword` (False for a type
+    not registered)."""
+    if type_ not in NOTIFIERS:
+        return False
+    params = inspect.signature(_factory(type_)).parameters.values()
+    return any(
+        (p.name == keyword and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)) or p.kind is p.VAR_KEYWORD
+        for p in params
+    )
+
+
 def build_notifier(name: str, cfg: NotifierConfig, **kwargs: Any) -> Notifier:
     """The notifier object for one `notifiers:` entry."""
-    module, _, cls = NOTIFIERS[cfg.type].partition(":")
-    factory = getattr(importlib.import_module(module), cls)
-    notifier: Notifier = factory(name, cfg, **kwargs)
+    notifier: Notifier = _factory(cfg.type)(name, cfg, **kwargs)
     return notifier
