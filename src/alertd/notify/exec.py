@@ -34,6 +34,8 @@ from alertd.notify.config import ExecConfig
 from alertd.notify.formats import Options
 from alertd.notify.formats.generic import build as generic_body
 from alertd.notify.formats.redact import Scrubber
+from alertd.subproc import DRAIN_WAIT, killpg, read_capped, signal_name
+from alertd.subproc import exited as _exited
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +43,6 @@ OUTPUT_CAP = 4096
 """Bytes of stdout and of stderr kept per run; the rest is read and dropped."""
 ERROR_TAIL = 500
 """Characters of stderr's end put in the error message."""
-DRAIN_WAIT = 1.0
-"""Seconds the output pipes are still read after the program exited (a descendant may hold them)."""
-EXIT_POLL = 0.01
-"""Seconds between two looks at whether the program exited."""
 ENV_VALUE_CAP = 1024
 """Characters at most of one `ALERTD_*` value taken from an alert (labels, annotations)."""
 PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME")
@@ -144,7 +142,7 @@ class ExecNotifier:
         finally:
             self._running.discard(proc)
             if proc.returncode is None:  # cancelled (shutdown): nothing of it may stay
-                _killpg(proc.pid, signal.SIGKILL)
+                killpg(proc.pid, signal.SIGKILL)
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
         stdout, stderr = self._text(out), self._text(err)
@@ -154,9 +152,9 @@ class ExecNotifier:
         if timed_out:
             why, recoverable = f"no exit within {self.cfg.timeout:g}s: process group killed", True
         elif code < 0 and self._closing:
-            why, recoverable = f"killed by {_signal_name(-code)}: the notifier was closed (shutdown or reload)", True
+            why, recoverable = f"killed by {signal_name(-code)}: the notifier was closed (shutdown or reload)", True
         elif code < 0:
-            why, recoverable = f"killed by {_signal_name(-code)}", False
+            why, recoverable = f"killed by {signal_name(-code)}", False
         elif code in self.cfg.retry_codes:
             why, recoverable = f"exit status {code} (retryable)", True
         else:
@@ -167,7 +165,7 @@ class ExecNotifier:
 
     async def _run(self, proc: asyncio.subprocess.Process, data: bytes) -> tuple[int, bool, bytes, bytes]:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        readers = [asyncio.create_task(_read_capped(s, self._keep)) for s in (proc.stdout, proc.stderr)]
+        readers = [asyncio.create_task(read_capped(s, self._keep)) for s in (proc.stdout, proc.stderr)]
         writer = asyncio.create_task(_write(proc.stdin, data))
         timed_out = False
         try:
@@ -176,13 +174,13 @@ class ExecNotifier:
                     await _exited(proc)
             except TimeoutError:
                 timed_out = True
-                _killpg(proc.pid, signal.SIGTERM)
+                killpg(proc.pid, signal.SIGTERM)
                 try:
                     async with asyncio.timeout(self.cfg.grace):
                         await _exited(proc)
                 except TimeoutError:
                     pass
-                _killpg(proc.pid, signal.SIGKILL)  # the group: descendants that ignored SIGTERM too
+                killpg(proc.pid, signal.SIGKILL)  # the group: descendants that ignored SIGTERM too
                 await _exited(proc)
             await asyncio.wait(readers, timeout=DRAIN_WAIT)
         finally:
@@ -208,23 +206,7 @@ class ExecNotifier:
         self._closing = True
         for proc in list(self._running):
             if proc.returncode is None:
-                _killpg(proc.pid, signal.SIGKILL)
-
-
-async def _exited(proc: asyncio.subprocess.Process) -> None:
-    """Wait until the program itself exited. Not `proc.wait()`: on Python 3.11 that also waits until every
-    output pipe is closed, which a descendant may keep open long after."""
-    while proc.returncode is None:
-        await asyncio.sleep(EXIT_POLL)
-
-
-async def _read_capped(stream: asyncio.StreamReader, keep: int) -> bytes:
-    """The first `keep` bytes of `stream`; the rest is read and dropped so the program never blocks."""
-    kept = bytearray()
-    while chunk := await stream.read(65536):
-        if len(kept) < keep:
-            kept += chunk[: keep - len(kept)]
-    return bytes(kept)
+                killpg(proc.pid, signal.SIGKILL)
 
 
 async def _write(stdin: asyncio.StreamWriter, data: bytes) -> None:
@@ -234,15 +216,3 @@ async def _write(stdin: asyncio.StreamWriter, data: bytes) -> None:
         await stdin.drain()
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
         stdin.close()
-
-
-def _killpg(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
