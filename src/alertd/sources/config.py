@@ -189,6 +189,26 @@ class MlflowConfig(FileSourceConfig):
         return secrets_from_files(data, cls.SECRET_FIELDS)
 
 
+class SlurmConfig(SourceConfigBase):
+    """Slurm job states from `squeue --json` (Slurm 21.08 and later), as series and run states.
+
+    `users`, `partitions` and `jobs` (job-name globs) choose the jobs (all the controller holds when
+    absent). `squeue` is the program (from PATH; SLURM_CONF and the other SLURM_* variables of alertd's
+    environment reach it). A run of `squeue` longer than `timeout`, or printing more than `max_output`
+    bytes, fails the poll; jobs beyond `max_jobs` are left out (and counted).
+    """
+
+    type: Literal["slurm"]
+    interval: Duration = 30.0
+    users: list[str] | None = None
+    partitions: list[str] | None = None
+    jobs: list[str] | None = None
+    squeue: str = Field(default="squeue", min_length=1)
+    timeout: Duration = Field(default=30.0, gt=0)
+    max_output: int = Field(default=64 << 20, ge=1024)
+    max_jobs: int = Field(default=10_000, ge=1)
+
+
 SourceConfig = (
     TensorBoardConfig
     | NvmlConfig
@@ -198,4 +218,5 @@ SourceConfig = (
     | TextLogConfig
     | CsvConfig
     | MlflowConfig
+    | SlurmConfig
 )

@@ -20,6 +20,7 @@ SOURCES: dict[str, str] = {
     "textlog": "alertd.sources.textlog:TextLogSource",
     "csv": "alertd.sources.csvfile:CsvSource",
     "mlflow": "alertd.sources.mlflow:MlflowSource",
+    "slurm": "alertd.sources.slurm:SlurmSource",
 }
 
 REPLAYABLE = ("tensorboard", "wandb_dir", "wandb", "samples", "textlog", "csv", "mlflow")
