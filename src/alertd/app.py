@@ -420,6 +420,8 @@ class Service:
             if self.exec_mode and "target" not in cfg.model_fields_set:
                 cfg = cfg.model_copy(update={"target": "child"})  # under exec, the trainer is the child
             kwargs |= {"writers": self.writer_registry.writer, "child": self._child_identity}
+        elif cfg.type == "slurm":
+            kwargs["writers"] = self.writer_registry.writer  # the job id from the verified writer's environment
         elif cfg.type == "log" and self.console is not None:
             kwargs["stream"] = self.console
         if cfg.type in ACTION_TYPES and accepts(cfg.type, "report"):

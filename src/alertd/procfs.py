@@ -19,6 +19,8 @@ from pathlib import Path
 _STAT_STATE, _STAT_PPID, _STAT_FLAGS, _STAT_START, _STAT_EXIT = 0, 1, 6, 19, 49
 """Indexes into the fields after `(comm)` of /proc/<pid>/stat: fields 3, 4, 9, 22 and 52 of proc(5)."""
 _PF_KTHREAD = 0x00200000
+ENVIRON_MAX = 1 << 20
+"""Bytes of a process's environment read at most."""
 _O_ACCMODE = 0o3
 
 
@@ -145,6 +147,32 @@ class Procfs:
         except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
             return None
         return False
+
+    def environ(self, pid: int, start_ticks: int, *, max_bytes: int = ENVIRON_MAX) -> dict[str, str] | None:
+        """The environment `pid` started with (`/proc/<pid>/environ`, at most `max_bytes` read), only while
+        `pid` is still the process that started at `start_ticks` (checked before and after the read).
+
+        None when it is gone or reused, or when alertd may not read it (another user's process).
+        """
+        before = self.read(pid)
+        if before is None or before.start_ticks != start_ticks or before.zombie:
+            return None
+        try:
+            with open(self.root / str(pid) / "environ", "rb") as f:
+                raw = f.read(max_bytes)
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            return None
+        after = self.read(pid)
+        if after is None or after.start_ticks != start_ticks:
+            return None
+        if len(raw) >= max_bytes:  # cut: the last entry may be partial, so it is not taken
+            raw = raw[: raw.rfind(b"\0") + 1]
+        env: dict[str, str] = {}
+        for item in raw.split(b"\0"):
+            key, eq, value = item.partition(b"=")
+            if eq and key:
+                env[key.decode(errors="replace")] = value.decode(errors="replace")
+        return env
 
     def _fd_writable(self, pid: int, fd: str) -> bool:
         try:

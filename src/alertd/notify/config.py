@@ -439,6 +439,48 @@ class AppriseConfig(Strict):
         return self
 
 
+JobFrom = Literal["label", "writer"]
+_JOB_FROM: tuple[JobFrom, ...] = ("label", "writer")
+
+
+class SlurmNotifierConfig(Strict):
+    """Stops the alert's Slurm job with `scancel`.
+
+    The job id comes from the alert's `slurm_job_id` label (the `slurm` source sets it) and/or from the
+    environment (`SLURM_JOB_ID`) of the run's verified writer process on this host (`job_from`); where
+    both are known they must agree, and an alert neither attributes is refused. With `signal`, the job's
+    processes (the batch script too: `scancel --full`) first get that signal, so a trainer can save a
+    checkpoint and exit; `grace` later a job still active is cancelled (`cancel`: true). Without `signal`
+    it is cancelled at once.
+    """
+
+    type: Literal["slurm"]
+    signal: str | None = None
+    grace: Duration = Field(default=60.0, ge=0)
+    cancel: bool = True
+    job_from: list[JobFrom] = Field(default_factory=lambda: list(_JOB_FROM), min_length=1)
+    scancel: str = Field(default="scancel", min_length=1)
+    squeue: str = Field(default="squeue", min_length=1)
+    timeout: Duration = Field(default=30.0, gt=0)
+    dry_run: bool = False
+
+    @field_validator("signal")
+    @classmethod
+    def _signal_name(cls, name: str | None) -> str | None:
+        if name is None:
+            return None
+        full = name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper()
+        if full not in signal.Signals.__members__:
+            raise ValueError(f"unknown signal {name!r} (use names such as SIGUSR1, SIGTERM)")
+        return full
+
+    @model_validator(mode="after")
+    def _does_something(self) -> SlurmNotifierConfig:
+        if self.signal is None and not self.cancel:
+            raise ValueError("with cancel: false, give a `signal` to send (else the notifier does nothing)")
+        return self
+
+
 NotifierConfig = (
     LogConfig
     | WebhookConfig
@@ -449,4 +491,5 @@ NotifierConfig = (
     | ExecConfig
     | WandbStopConfig
     | AppriseConfig
+    | SlurmNotifierConfig
 )

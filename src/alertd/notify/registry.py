@@ -19,6 +19,7 @@ NOTIFIERS: dict[str, str] = {
     "exec": "alertd.notify.exec:ExecNotifier",
     "wandb_stop": "alertd.notify.wandb_stop:WandbStopNotifier",
     "apprise": "alertd.notify.apprise_notifier:AppriseNotifier",
+    "slurm": "alertd.notify.slurm:SlurmNotifier",
 }
 
 

@@ -1,0 +1,344 @@
+"""The slurm notifier: stops the Slurm job behind a firing alert with `scancel`.
+
+For each alert that turns FIRING (once per firing: the alert's fingerprint and `active_at`, as for
+`kill`; repeats, re-sends and resolutions do nothing):
+
+1. The job is attributed, exactly (`SlurmNotifierConfig.job_from`):
+   - `label`: the alert's `slurm_job_id` label (the `slurm` source sets it), `1234` or `1234_7`;
+   - `writer`: the `SLURM_JOB_ID` in the environment of the run's verified writer (the process alertd saw
+     holding the run's file open for writing, on this host, pinned by pid and start time: see `kill`),
+     read from /proc only while that pid is still that process.
+   Both known and different, neither known, a malformed id, or a `host` label naming another machine:
+   refused (reported, never guessed, never retried).
+2. The job must be active: `squeue --json` must list it, not ended. Slurm 22.05's `squeue` ignores its
+   filters, so the job is looked up in the whole list; `scancel` there exits 0 even for an unknown job,
+   so its stderr is read too.
+3. With `signal`: `scancel --signal=<SIG> --full <job>` (the batch script and every step get it), then the
+   job gets `grace` seconds to end by itself; a job still active then is cancelled with `scancel <job>`
+   when `cancel` is true. Without `signal`: `scancel <job>` at once. What follows the first command runs
+   in the background: the delivery pipeline never waits through `grace`.
+
+One `SlurmReport` per alert goes to `report` (the app announces it to the alert's other receivers, as
+kill's reports) and to `history`, once the job ended or `grace` passed (at once for a refusal).
+Errors: a controller that cannot be reached (or `scancel` that fails for another reason) raises
+`NotifyError(recoverable=True)`: the firing is not remembered, so the retry acts again. `aclose()` stops the
+background waits: no `scancel` is sent after it, and their reports say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from alertd.errors import NotifyError
+from alertd.model import Notification, Transition, TransitionKind, format_time
+from alertd.notify.config import SlurmNotifierConfig
+from alertd.notify.kill import SentSignal, WriterLookup
+from alertd.procfs import Procfs
+from alertd.slurmjobs import JOB_ID, Job, JobsError, parse_jobs
+from alertd.subproc import run_program
+
+log = logging.getLogger(__name__)
+
+POLL = 1.0
+"""Seconds between two looks at the job's state while waiting for it to end."""
+SETTLE = 30.0
+"""Seconds a cancelled job is watched at most for its final state."""
+MAX_SQUEUE = 256 << 20
+"""Bytes of `squeue --json` output read at most."""
+CLOSE_WAIT = 5.0
+_ACTED_MAX = 10_000
+_ERR_TAIL = 300
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmReport:
+    """What the notifier did (or refused to do) for one alert: `job` is the job id ("" when unknown)."""
+
+    action: ClassVar[str] = "slurm"
+    notifier: str
+    fingerprint: str
+    rule: str
+    job: str
+    signals: tuple[SentSignal, ...] = ()
+    state: str = ""
+    """The job's last state seen (`COMPLETED`, `CANCELLED`, ... or still `RUNNING`)."""
+    ended: bool = False
+    refused: str | None = None
+    dry_run: bool = False
+    note: str = ""
+    attributed: str = ""
+    """How the job was attributed: `label`, `writer pid N`, or both."""
+
+    def summary(self) -> str:
+        """One line for people."""
+        head = f"slurm {self.notifier} for {self.rule}: "
+        note = f"; {self.note}" if self.note else ""
+        if self.refused is not None:
+            return f"{head}REFUSED job {self.job or '(none)'}: {self.refused}{note}"
+        if self.dry_run:
+            return f"{head}DRY RUN job {self.job} ({self.attributed}): would {self.note}"
+        sent = ", then ".join(
+            (f"scancel at {format_time(s.time)}" if s.name == "scancel" else f"{s.name} at {format_time(s.time)}")
+            for s in self.signals
+        )
+        end = f"the job ended {self.state}" if self.ended else f"the job is still {self.state or 'active'}"
+        return f"{head}job {self.job} ({self.attributed}): {sent}; {end}{note}"
+
+
+class _Refused(Exception):
+    pass
+
+
+class SlurmNotifier:
+    """Stops the Slurm job of each newly firing alert (see the module docstring for what is trusted).
+
+    `writers` looks up a run's verified writer (None: only the label attributes); `hostname` overrides
+    `socket.gethostname()` and `proc_root` the /proc tree (tests).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        cfg: SlurmNotifierConfig,
+        *,
+        report: Callable[[SlurmReport], Awaitable[None]] | None = None,
+        writers: WriterLookup | None = None,
+        hostname: str | None = None,
+        proc_root: str = "/proc",
+    ) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.history: list[SlurmReport] = []
+        self.hostname = hostname or socket.gethostname()
+        self.procfs = Procfs(proc_root)
+        self._report = report
+        self._writers = writers
+        self._acted: dict[tuple[str, float], None] = {}
+        self._tasks: dict[asyncio.Task[None], SlurmReport] = {}
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SlurmNotifier(name={self.name!r}, signal={self.cfg.signal!r}, cancel={self.cfg.cancel})"
+
+    async def send(self, notification: Notification) -> None:
+        """Act on each alert of `notification` that newly fires; refusals are reported, not raised."""
+        if self._closed:
+            raise NotifyError(f"slurm notifier {self.name} is closed", recoverable=False)
+        for alert in notification.alerts:
+            if alert.state is not TransitionKind.FIRING:
+                continue
+            key = alert.firing_id
+            if key in self._acted:
+                log.info("slurm %s: already acted on %s (%s), nothing to do", self.name, alert.rule, key[0])
+                continue
+            base = SlurmReport(self.name, alert.fingerprint, alert.rule, "")
+            try:
+                job, how = await self._attribute(alert)
+                base = replace(base, job=job, attributed=how)
+                found = await self._job(job)
+            except _Refused as r:
+                self._remember(key)
+                await self._emit(replace(base, refused=str(r)))
+                continue
+            if found.ended:
+                self._remember(key)
+                await self._emit(replace(base, refused=f"the job already ended ({found.state})", state=found.state))
+                continue
+            if self.cfg.dry_run:
+                self._remember(key)
+                what = f"send {self.cfg.signal} to" if self.cfg.signal else "cancel"
+                await self._emit(replace(base, dry_run=True, state=found.state, note=f"{what} the {found.state} job"))
+                continue
+            first = await self._scancel(job, self.cfg.signal)  # NotifyError (recoverable): retried, not remembered
+            self._remember(key)
+            if first is not None:
+                await self._emit(replace(base, refused=first, state=found.state))
+                continue
+            sent = (SentSignal(self.cfg.signal or "scancel", time.time()),)
+            start = replace(base, signals=sent, state=found.state)
+            task = asyncio.get_running_loop().create_task(self._follow(start), name=f"slurm:{self.name}:{job}")
+            self._tasks[task] = start
+            task.add_done_callback(self._finished)
+
+    async def aclose(self) -> None:
+        """Stop the background waits (no further scancel) and wait briefly for their reports."""
+        self._closed = True
+        running = list(self._tasks)
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=CLOSE_WAIT)
+
+    # -- attribution ---------------------------------------------------------------------------------
+
+    async def _attribute(self, alert: Transition) -> tuple[str, str]:
+        labels = dict(alert.labels)
+        host = labels.get("host")
+        if host is not None and host != self.hostname:
+            raise _Refused(f"the alert comes from host {host!r}, not this machine ({self.hostname!r})")
+        found: dict[str, str] = {}
+        if "label" in self.cfg.job_from and "slurm_job_id" in labels:
+            value = labels["slurm_job_id"]
+            if not JOB_ID.fullmatch(value):
+                raise _Refused(f"the slurm_job_id label {value[:40]!r} is not a job id")
+            found["label"] = value
+        if "writer" in self.cfg.job_from:
+            got = await asyncio.to_thread(self._from_writer, labels)
+            if got is not None:
+                found[got[1]] = got[0]
+        if not found:
+            wants = " or ".join(
+                {"label": "a slurm_job_id label", "writer": "a verified writer with SLURM_JOB_ID"}[w]
+                for w in self.cfg.job_from
+            )
+            raise _Refused(f"the alert has no attributable Slurm job (it needs {wants})")
+        ids = set(found.values())
+        if len(ids) > 1:
+            said = ", ".join(f"{how} says {job}" for how, job in found.items())
+            raise _Refused(f"the job is ambiguous: {said}")
+        return ids.pop(), " and ".join(found)
+
+    def _from_writer(self, labels: dict[str, str]) -> tuple[str, str] | None:
+        """(job id, how) from the run's verified writer's environment; None where there is no writer to
+        ask; _Refused where the writer is known but does not name its job exactly."""
+        source, run = labels.get("source"), labels.get("run")
+        if self._writers is None or source is None or run is None:
+            return None
+        w = self._writers(source, run)
+        if w is None:
+            return None
+        how = f"writer pid {w.pid}"
+        if w.host != self.hostname:
+            raise _Refused(f"the verified writer of run {run!r} runs on host {w.host!r}, not {self.hostname!r}")
+        if not w.alive:
+            raise _Refused(f"the verified writer of run {run!r} (pid {w.pid}) has exited")
+        env = self.procfs.environ(w.pid, w.start_ticks)
+        if env is None:
+            raise _Refused(f"the environment of the verified writer (pid {w.pid}) can't be read (gone, or not ours)")
+        job = env.get("SLURM_JOB_ID")
+        if job is None:
+            return None if "label" in self.cfg.job_from and "slurm_job_id" in labels else self._no_job(w.pid)
+        if not JOB_ID.fullmatch(job):
+            raise _Refused(f"the writer's SLURM_JOB_ID {job[:40]!r} is not a job id")
+        return job, how
+
+    def _no_job(self, pid: int) -> tuple[str, str]:
+        raise _Refused(f"the verified writer (pid {pid}) does not run in a Slurm job (no SLURM_JOB_ID)")
+
+    # -- Slurm ----------------------------------------------------------------------------------------
+
+    async def _job(self, job: str) -> Job:
+        """The job as squeue lists it; _Refused when it does not; NotifyError when squeue can't say."""
+        try:
+            done = await run_program(
+                [self.cfg.squeue, "--json", f"--jobs={job.split('_')[0]}"],
+                timeout=self.cfg.timeout,
+                max_stdout=MAX_SQUEUE,
+            )
+        except OSError as e:
+            why = f"slurm {self.name}: cannot run {self.cfg.squeue!r}: {e.strerror}"
+            raise NotifyError(why, recoverable=False) from None
+        err = done.stderr.decode(errors="replace").strip()[-_ERR_TAIL:]
+        if done.timed_out or done.returncode != 0 or done.stdout_cut:
+            if "Invalid job id" in err:
+                raise _Refused(f"Slurm knows no job {job}")
+            why = "timed out" if done.timed_out else f"exited with status {done.returncode}: {err}"
+            raise NotifyError(f"slurm {self.name}: squeue {why}", recoverable=True)
+        try:
+            jobs = await asyncio.to_thread(parse_jobs, done.stdout)
+        except JobsError as e:
+            raise NotifyError(f"slurm {self.name}: {e}", recoverable=True) from None
+        for j in jobs:
+            if j.job_id == job:
+                return j
+        raise _Refused(f"Slurm knows no job {job} (not in squeue's list: unknown, or ended long ago)")
+
+    async def _scancel(self, job: str, sig: str | None) -> str | None:
+        """Run scancel; None when it was taken, else why the job can't be acted on (a refusal).
+        NotifyError when the controller can't be reached."""
+        argv = [self.cfg.scancel]
+        if sig is not None:
+            argv += [f"--signal={sig.removeprefix('SIG')}", "--full"]
+        argv.append(job)
+        try:
+            done = await run_program(argv, timeout=self.cfg.timeout, max_stdout=4096)
+        except OSError as e:
+            why = f"slurm {self.name}: cannot run {self.cfg.scancel!r}: {e.strerror}"
+            raise NotifyError(why, recoverable=False) from None
+        err = done.stderr.decode(errors="replace").strip()
+        if not done.timed_out and done.returncode == 0 and "error" not in err.lower():
+            return None
+        tail = err[-_ERR_TAIL:]
+        if "Invalid job id" in err:
+            return f"Slurm knows no job {job}"
+        if "already completing or completed" in err or "Job/step already" in err:
+            return "the job already ended"
+        if "denied" in err.lower() or "not permitted" in err.lower():
+            return f"scancel was refused: {tail}"
+        why = "timed out" if done.timed_out else f"failed (status {done.returncode}): {tail}"
+        raise NotifyError(f"slurm {self.name}: scancel {job} {why}", recoverable=True)
+
+    async def _follow(self, report: SlurmReport) -> None:
+        """After the first command: wait for the end (grace), cancel when asked, then report."""
+        sent = list(report.signals)
+        state, ended, note = report.state, False, ""
+        try:
+            wait = self.cfg.grace if self.cfg.signal else min(self.cfg.grace, SETTLE) or SETTLE
+            state, ended = await self._wait_end(report.job, wait, state)
+            if not ended and self.cfg.signal is not None and self.cfg.cancel:
+                why = await self._scancel(report.job, None)
+                if why is None:
+                    sent.append(SentSignal("scancel", time.time()))
+                    state, ended = await self._wait_end(report.job, SETTLE, state)
+                else:
+                    note = why
+        except asyncio.CancelledError:
+            note = "stopped at shutdown: no scancel sent after it"
+            await self._emit(replace(report, signals=tuple(sent), state=state, note=note))
+            raise
+        except NotifyError as e:
+            note = str(e)
+        await self._emit(replace(report, signals=tuple(sent), state=state, ended=ended, note=note))
+
+    async def _wait_end(self, job: str, seconds: float, state: str) -> tuple[str, bool]:
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                found = await self._job(job)
+            except _Refused:
+                return "ENDED", True  # the controller no longer lists it: it ended
+            except NotifyError:
+                found = None
+            if found is not None:
+                state = found.state
+                if found.ended:
+                    return state, True
+            if time.monotonic() >= deadline:
+                return state, False
+            await asyncio.sleep(min(POLL, max(0.0, deadline - time.monotonic())))
+
+    # -- bookkeeping ----------------------------------------------------------------------------------
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
+
+    def _remember(self, key: tuple[str, float]) -> None:
+        self._acted[key] = None
+        while len(self._acted) > _ACTED_MAX:
+            del self._acted[next(iter(self._acted))]
+
+    async def _emit(self, report: SlurmReport) -> None:
+        self.history.append(report)
+        log.log(logging.ERROR if report.refused else logging.WARNING, "%s", report.summary())
+        if self._report is None:
+            return
+        try:
+            await self._report(report)
+        except Exception:
+            log.exception("slurm %s: the report callback failed", self.name)
