@@ -20,12 +20,17 @@ venv: $(STAMP)
 run: venv
 	$(VENV)/bin/alertd --rules $(RULES)
 
-# Debian's prometheus-alertmanager is a test dependency (a real Alertmanager for the forwarder's tests).
+# Debian packages the tests run for real: prometheus-alertmanager (the forwarder's tests) and slurm-wlm + munge
+# (a single-node Slurm for the slurm source and notifier).
+SYSTEM_DEPS := prometheus-alertmanager:prometheus-alertmanager slurmctld:slurm-wlm munged:munge
 system-deps:
-	@command -v prometheus-alertmanager >/dev/null 2>&1 || { \
+	@missing=""; for dep in $(SYSTEM_DEPS); do \
+	  bin=$${dep%%:*}; pkg=$${dep##*:}; \
+	  PATH="$$PATH:/usr/sbin:/sbin" command -v $$bin >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus-alertmanager) >/dev/null; \
-	  else echo "install prometheus-alertmanager (apt-get install prometheus-alertmanager) for its tests" >&2; exit 1; fi; }
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; \
+	  else echo "install$$missing (apt-get install$$missing) for their tests" >&2; exit 1; fi; fi
 
 test: venv system-deps
 	$(PY) -m pytest

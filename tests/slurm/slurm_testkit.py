@@ -20,10 +20,13 @@ BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sin
 NODE = "alertd-node"
 
 
+def _which(name: str) -> str | None:
+    return shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+
+
 def missing() -> list[str]:
     """The programs of slurm-wlm and munge this machine lacks."""
-    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
-    return [b for b in BINARIES if shutil.which(b, path=path) is None]
+    return [b for b in BINARIES if _which(b) is None]
 
 
 def _free_port() -> int:
@@ -102,7 +105,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         r = self.root
         subprocess.run(
             [
-                "munged",
+                _which("munged") or "munged",
                 "--force",
                 f"--socket={r}/munge.sock",
                 f"--key-file={r}/munge.key",
@@ -114,9 +117,9 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             env=self.env,
         )
         self._procs.append(r / "munged.pid")
-        subprocess.run(["slurmctld", "-f", str(self.conf), "-i"], check=True, env=self.env)
+        subprocess.run([_which("slurmctld") or "slurmctld", "-f", str(self.conf), "-i"], check=True, env=self.env)
         self._procs.append(r / "slurmctld.pid")
-        subprocess.run(["slurmd", "-f", str(self.conf), "-N", NODE], check=True, env=self.env)
+        subprocess.run([_which("slurmd") or "slurmd", "-f", str(self.conf), "-N", NODE], check=True, env=self.env)
         self._procs.append(r / "slurmd.pid")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
