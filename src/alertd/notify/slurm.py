@@ -74,6 +74,8 @@ class SlurmReport:
     note: str = ""
     attributed: str = ""
     """How the job was attributed: `label`, `writer pid N`, or both."""
+    stamp: str = ""
+    """The firing's start: tells this firing's report from an earlier one's (the announcement's key)."""
 
     def summary(self) -> str:
         """One line for people."""
@@ -137,7 +139,7 @@ class SlurmNotifier:
             if key in self._acted:
                 log.info("slurm %s: already acted on %s (%s), nothing to do", self.name, alert.rule, key[0])
                 continue
-            base = SlurmReport(self.name, alert.fingerprint, alert.rule, "")
+            base = SlurmReport(self.name, alert.fingerprint, alert.rule, "", stamp=f"{alert.since:.3f}")
             try:
                 job, how = await self._attribute(alert)
                 base = replace(base, job=job, attributed=how)
