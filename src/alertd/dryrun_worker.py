@@ -257,8 +257,8 @@ def work(job: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
 
     Before anything is read this process is confined to the roots: every data file a source opens must
     lie under them once its links are followed (`OutsideRoots` otherwise, answered 403)."""
-    from alertd.api_dryrun import DryRunError, DryRunJob, refuse_links_out, resolve_under
-    from alertd.api_models import DryRunOut
+    from alertd.api.dryrun import DryRunError, DryRunJob, refuse_links_out, resolve_under
+    from alertd.api.models import DryRunOut
     from alertd.sources.fileopen import OutsideRoots, confine
 
     roots = [str(r) for r in job.get("roots") or []]
@@ -297,7 +297,7 @@ def main() -> int:
     _die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())
     with contextlib.suppress(OSError):
         os.nice(10)  # the service comes first, while this worker starts as while it works
-    import alertd.api_dryrun  # noqa: F401 - the imports take most of a worker's start: done before the job
+    import alertd.api.dryrun  # noqa: F401 - the imports take most of a worker's start: done before the job
 
     if not select.select([sys.stdin.buffer], [], [], SPARE_IDLE)[0]:
         return 0

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from api_helpers import Served, make_env, serving
 
-from alertd.api_server import HEAD_TIMEOUT, LINGER, AcceptErrors
+from alertd.api.server import HEAD_TIMEOUT, LINGER, AcceptErrors
 from alertd.app import Service
 
 RULES = """\

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter
 
-from alertd.api_models import MAX_TIME
+from alertd.api.models import MAX_TIME
 from alertd.config import Config, _merge, _validate
 from alertd.dispatch.plan import PlanState, plan
 from alertd.dispatch.routes import Route

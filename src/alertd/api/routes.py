@@ -4,7 +4,7 @@ Handlers are `async` and run in the service's own event loop, so they read the b
 state between two evaluations, never during one. Each dry run works in a process of its own
 (`alertd.dryrun_worker`), at most four at once, killed at `dry_run_timeout` (the client gets 504).
 With a token, every endpoint but `/healthz`, `/readyz` and `/metrics` wants `Authorization: Bearer`,
-checked before the body is read. How connections are kept in bounds is `alertd.api_server`'s part.
+checked before the body is read. How connections are kept in bounds is `alertd.api.server`'s part.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from alertd import api_models as m
-from alertd.api_metrics import ServiceCollector, alert_counts, source_up
-from alertd.api_models import parse_instant, silence_from, silence_json, time_or_none
-from alertd.api_server import AcceptErrors, Connections, connection_limit, protocol_factory
-from alertd.api_v2 import V2Error, v2_router
+from alertd.api import models as m
+from alertd.api.metrics import ServiceCollector, alert_counts, source_up
+from alertd.api.models import parse_instant, silence_from, silence_json, time_or_none
+from alertd.api.server import AcceptErrors, Connections, connection_limit, protocol_factory
+from alertd.api.v2 import V2Error, v2_router
 from alertd.buffer import Series
 from alertd.config import redacted
 from alertd.dispatch.matchers import alert_label_map
@@ -100,7 +100,7 @@ class Gate:
     `/api/...`), then the Content-Length against `limit` (413). Only then is the body read, at most `limit`
     bytes (413 past that, whether it came with a Content-Length or in chunks) within `body_timeout`
     seconds (408). The app sees the body replayed. After a refusal the server reads and drops what is left
-    of the body for a few seconds at most (`api_server.LINGER`), then closes the connection."""
+    of the body for a few seconds at most (`server.LINGER`), then closes the connection."""
 
     def __init__(self, app: ASGIApp, limit: int, token: str | None = None, body_timeout: float = BODY_TIMEOUT) -> None:
         self.app, self.limit, self.body_timeout = app, limit, body_timeout
@@ -514,7 +514,7 @@ async def serve_api(service: Any, listen: str, *, max_connections: int | None = 
 
     The address is bound before this returns control (an OSError says it can't be); `kw` are the
     options of `create_app`. At most `max_connections` are open at once (default: from the limit on
-    open files, `api_server.connection_limit`). When cancelled, the dry-run workers are killed, the
+    open files, `server.connection_limit`). When cancelled, the dry-run workers are killed, the
     answers under way get `SHUTDOWN_GRACE` seconds, then every connection is dropped.
     """
     guard = Connections(max_connections or connection_limit())

@@ -22,7 +22,7 @@ import yaml
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from alertd.api_models import MatcherIn, SilenceIn, silence_from, silence_json
+from alertd.api.models import MatcherIn, SilenceIn, silence_from, silence_json
 from alertd.dispatch.matchers import Matcher, Silence, alert_label_map, matches_all, parse_matchers
 from alertd.dispatch.routes import bypass_route
 from alertd.model import Alert, AlertState, am_labels, format_time
