@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
+from alertd import __version__
 from alertd.config import Config, load_config
 from alertd.dryrun import dumps, replay, transition_text
 from alertd.errors import ConfigError, SourceError
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="alertd", description="Alerts for machine-learning training runs.")
-    p.add_argument("--version", action="version", version="alertd 0.1.0")
+    p.add_argument("--version", action=_Version, help="print the installed version and exit")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the service until SIGINT/SIGTERM (the default command)")
     run.add_argument("--rules", action="append", required=True, metavar="FILE", help="rules file (repeatable)")
@@ -78,6 +79,27 @@ def _parser() -> argparse.ArgumentParser:
     dry.add_argument("--format", choices=("text", "json"), default="text")
     dry.add_argument("--until", default=None, help="evaluate up to this RFC 3339 time or epoch second")
     return p
+
+
+class _Version(argparse.Action):
+    """`--version`: the version of the installed distribution (looked up only when asked)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"alertd {installed_version()}")
+        parser.exit()
+
+
+def installed_version() -> str:
+    """The installed `alertd` distribution's version; `alertd.__version__` when run from a tree never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("alertd")
+    except PackageNotFoundError:
+        return __version__
 
 
 _SOURCE_HELP = (
