@@ -1,23 +1,35 @@
 # alertd: `make run` starts the service on rules/default.yaml, `make test` runs every test.
-# Both create (or reuse) .venv and install what they need.
+# Both create (or reuse) .venv and install what they need: `make run` alertd alone, `make test` the test tools too.
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
 RULES  ?= rules/default.yaml
+# Two installs into the one venv: `make run` needs only alertd and its runtime dependencies; the tests and the
+# linters need the `test` and `dev` extras too (torch, transformers, lightning, mlflow, wandb: minutes to install).
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
+INSTALL   := $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: venv run test check lint bench demo system-deps clean
+.PHONY: venv venv-run run test check lint bench demo system-deps clean
 
-$(STAMP): pyproject.toml
+$(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "alertd needs Python 3.11 or newer")'
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev]'
-	@touch $(STAMP)
+	$(PYTHON) -m venv $(VENV)
 
-venv: $(STAMP)
+$(RUN_STAMP): pyproject.toml src/alertd/__init__.py | $(PY)
+	$(INSTALL) -e .
+	@touch $(RUN_STAMP)
 
-run: venv
+$(DEV_STAMP): pyproject.toml src/alertd/__init__.py | $(PY)
+	$(INSTALL) -e '.[test,dev]'
+	@touch $(DEV_STAMP) $(RUN_STAMP)
+
+venv-run: $(RUN_STAMP)
+
+venv: $(DEV_STAMP)
+
+run: venv-run
 	$(VENV)/bin/alertd --rules $(RULES)
 
 # Debian packages the tests run for real: prometheus-alertmanager (the forwarder's tests) and slurm-wlm + munge
@@ -46,7 +58,7 @@ check: lint test
 bench: venv
 	@for f in bench/bench_*.py; do $(PY) $$f || exit 1; done
 
-demo: venv
+demo: venv-run
 	$(PY) examples/demo.py
 
 clean:
