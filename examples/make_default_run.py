@@ -21,7 +21,10 @@ The story (one training step every 10 s, GPU readings every 10 s, t = seconds af
 - a third, W&B run starts at t = 6000 and logs steps 0 to 50; its file ends with no exit record
   (run_lost at the end of the data, t = 6500);
 - a fourth run, `gpt-diverge`, logs train/loss at 2.0 for 220 steps, then climbing 0.05 a step, too slowly for
-  loss_spike: the last 20 samples average 1.5x the 200 before at step 249, t = 2490 (loss_diverging).
+  loss_spike: the last 20 samples average 1.5x the 200 before at step 249, t = 2490 (loss_diverging);
+- Slurm (a `slurm` source): job 12345, submitted an hour before the data starts, waits in the queue (its
+  pending time passes 2 hours at t = 3900: slurm_job_pending); job 12346 starts at t = 3000 and ends
+  OUT_OF_MEMORY at t = 5200 (slurm_job_failed).
 """
 
 from __future__ import annotations
@@ -103,8 +106,39 @@ def diverging() -> list[tuple[float, str]]:
     return out
 
 
+def slurm() -> list[tuple[float, str]]:
+    out = []
+    waiting = {
+        "source": "jobs",
+        "run": "12345",
+        "slurm_job_id": "12345",
+        "job_name": "sweep-7",
+        "user": "alice",
+        "partition": "gpu",
+    }
+    for i in range(0, 7000, 300):
+        out.append((float(i), line("slurm.job.pending", waiting, float(i), None, i + 3600.0)))
+    job = {
+        "source": "jobs",
+        "run": "12346",
+        "slurm_job_id": "12346",
+        "job_name": "gpt-oom",
+        "user": "alice",
+        "partition": "gpu",
+    }
+    out.append((3000.0, line("run.started", job, 3000.0, None, 1.0)))
+    for i in range(3000, 5200, 300):
+        out.append((float(i), line("slurm.job.elapsed", job, float(i), None, i - 3000.0)))
+    out.append((5200.0, line("run.exit_code", job, 5200.0, None, -125.0)))
+    out.append((5200.0, line("run.crashed", job, 5200.0, None, 1.0)))
+    out.append((5200.0, line("run.finished", job, 5200.0, None, 1.0)))
+    end = {**job, "state": "OUT_OF_MEMORY", "exit_code": "-125"}
+    out.append((5200.0, line("slurm.job.end", end, 5200.0, None, 1.0)))
+    return out
+
+
 def main() -> None:
-    rows = sorted(training() + gpus() + diverging(), key=lambda r: r[0])
+    rows = sorted(training() + gpus() + diverging() + slurm(), key=lambda r: r[0])
     OUT.write_text("".join(text + "\n" for _, text in rows))
     print(f"wrote {len(rows)} samples to {OUT}")
 

@@ -102,6 +102,8 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "gpu_lost": 6500,
         "run_stalled": 5800,
         "run_finished": 6190,
+        "slurm_job_pending": 3900,
+        "slurm_job_failed": 5200,
     }
     from alertd.config import load_config
 
