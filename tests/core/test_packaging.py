@@ -53,6 +53,6 @@ def test_torch_is_pinned_exactly_in_every_extra() -> None:
 def test_the_test_extra_takes_every_optional_extra() -> None:
     extras: dict[str, list[str]] = PYPROJECT["project"]["optional-dependencies"]
     optional = set(extras) - {"test", "dev"}
-    assert optional == {"hf", "lightning", "apprise"}
+    assert {"hf", "lightning", "apprise"} <= optional
     (self_ref,) = [req for req in extras["test"] if req.startswith("alertd[")]
     assert set(self_ref.removeprefix("alertd[").removesuffix("]").split(",")) == optional
