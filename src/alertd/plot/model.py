@@ -1,0 +1,61 @@
+"""What a picture of a run holds: panels of series, and the spans where alerts were pending or firing. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One sample: epoch seconds, the training step (None where the source has none), the value (NaN/Inf kept)."""
+
+    time: float
+    step: int | None
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One series of a panel."""
+
+    label: str
+    """How the legend names it: the metric, with what tells it from the panel's other lines."""
+    points: tuple[Point, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Where one alert was pending or firing: [start, end]; `end` None while it still is at the data's end."""
+
+    rule: str
+    state: str
+    """`pending` or `firing`."""
+    start: float
+    end: float | None
+    step: int | None
+    """The step of the sample that started it (None where unknown)."""
+    severity: str = ""
+    summary: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Panel:
+    """One chart: a metric's lines and the spans of the alerts on it."""
+
+    title: str
+    lines: tuple[Line, ...]
+    spans: tuple[Span, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """Every panel of one run, over one time range (`start`..`end`, epoch seconds)."""
+
+    title: str
+    run: str
+    source: str
+    start: float
+    end: float
+    panels: tuple[Panel, ...]
+    transitions: tuple[dict[str, object], ...] = field(default=())
+    """The run's transitions as dry-run's JSON lines give them (time, state, rule, step, value, labels)."""

@@ -1,0 +1,65 @@
+"""A `Figure` as a PNG, drawn with matplotlib (optional: `pip install 'alertd[plot]'`).
+
+The same picture as the SVG: one chart per panel over the shared time axis (seconds since the run's
+first sample), pending spans amber, firing spans red, NaN and +Inf marked at the top edge, -Inf at the
+bottom.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+from alertd.plot.model import Figure
+from alertd.plot.svg import PALETTE
+
+
+class PlotUnavailable(RuntimeError):
+    """matplotlib is not installed."""
+
+
+def figure_png(fig: Figure, *, dpi: int = 100) -> bytes:
+    """The PNG bytes of `fig`; PlotUnavailable without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        from matplotlib import pyplot as plt
+        from matplotlib.figure import Figure as MplFigure
+    except ImportError:
+        raise PlotUnavailable("a PNG needs matplotlib: pip install 'alertd[plot]' (or write .svg or .html)") from None
+    del plt
+    n = max(1, len(fig.panels))
+    canvas = MplFigure(figsize=(9.6, 0.5 + 1.9 * n), dpi=dpi)
+    axes = canvas.subplots(n, 1, sharex=True, squeeze=False)[:, 0]
+    canvas.suptitle(fig.title, x=0.07, ha="left", fontsize=11)
+    t0 = fig.start
+    for ax, panel in zip(axes, fig.panels, strict=False):
+        ax.set_title(panel.title, loc="left", fontsize=9)
+        for s in panel.spans:
+            end = s.end if s.end is not None else fig.end
+            ax.axvspan(
+                s.start - t0,
+                max(end, s.start) - t0,
+                color="#dc2626" if s.state == "firing" else "#f59e0b",
+                alpha=0.2,
+                lw=0,
+            )
+        for i, line in enumerate(panel.lines):
+            color = PALETTE[i % len(PALETTE)]
+            xs = [p.time - t0 for p in line.points]
+            ys = [p.value if math.isfinite(p.value) else math.nan for p in line.points]
+            ax.plot(xs, ys, color=color, lw=1.2, label=line.label[:48])
+            bad = [(p.time - t0, p.value) for p in line.points if not math.isfinite(p.value)]
+            for x, v in bad[:200]:
+                y, marker = (0.04, "v") if v == -math.inf else (0.96, "x" if math.isnan(v) else "^")
+                ax.plot([x], [y], marker=marker, color="#b91c1c", transform=ax.get_xaxis_transform(), ms=6)
+        if panel.lines:
+            ax.legend(loc="upper right", fontsize=7, frameon=False)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("seconds since the run's first sample", fontsize=8)
+    canvas.tight_layout()
+    buf = io.BytesIO()
+    canvas.savefig(buf, format="png")
+    return buf.getvalue()
