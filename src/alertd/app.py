@@ -22,6 +22,7 @@ import signal
 import sqlite3
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -73,6 +74,8 @@ POLL_TIMEOUT = 10.0
 ACTION_TYPES = ("kill", "stop_file", "wandb_stop", "slurm")
 """Notifier types that act on the training run rather than tell people: what they did (each one whose
 class takes `report=`) is announced to the alert's other receivers, never to these."""
+TRANSITION_LOG = 20_000
+"""Recent transitions kept in memory for the web page's alert spans (`transition_log`)."""
 WAKE_GAP = 0.005
 """Seconds between the starts of two reads of one source woken by file-system notifications: a writer
 flushing continuously costs at most 1/WAKE_GAP reads a second, whatever its rate; the first write after a
@@ -121,6 +124,8 @@ class Service:
         self.console = console
         self.exec_mode = exec_mode
         self.writer_registry = WriterRegistry()
+        self.transition_log: deque[Transition] = deque(maxlen=TRANSITION_LOG)
+        """The newest transitions, for the run page's alert spans (not persisted)."""
         self._claim_generations: tuple[tuple[str, int], ...] = ()
         self._writers_checked = float("-inf")
         self.clock = clock or SystemClock()
@@ -528,6 +533,7 @@ class Service:
     def _submit(self, transitions: Sequence[Transition], now: float) -> None:
         """Plan and commit, with the alert states and cursors, in one transaction."""
         assert self.dispatcher is not None
+        self.transition_log.extend(transitions)
         alerts = {a.fingerprint: a for a in self.engine.state.alerts(self.engine.ruleset.rules)}
         save = bool(transitions) or self.clock.now() >= self._next_save
         try:

@@ -28,6 +28,8 @@ from alertd.dispatch.routes import Route
 from alertd.dryrun import replay, transition_json
 from alertd.errors import ConfigError, Problem, SourceError
 from alertd.model import Notification, Sample, Transition, format_time
+from alertd.plot.build import figure, runs_in
+from alertd.plot.svg import figure_svg
 from alertd.rules.evaluate import RuleSet
 from alertd.sources.config import SourceConfig
 from alertd.sources.registry import build_source
@@ -36,6 +38,8 @@ from alertd.yamlfile import parse_yaml
 
 RULES_FILE = "<dry-run rules>"
 MAX_FLUSHES = 10_000
+MAX_PLOTS = 10
+"""Runs a dry run draws at most (the first ones in the data)."""
 MAX_WALK = 100_000
 """Entries of a source's directory looked at for links that lead out of the allowed roots."""
 
@@ -57,6 +61,8 @@ class DryRunJob:
     samples: list[dict[str, Any]]
     source: tuple[str, str] | None = None
     until: float | str | None = None
+    plot: bool = False
+    """Also draw each run (at most `MAX_PLOTS`) as an SVG: its series and where each rule was pending/firing."""
 
     def run(self) -> dict[str, Any]:
         """The transitions and would-be notifications, as the JSON response."""
@@ -67,11 +73,17 @@ class DryRunJob:
             samples += self._from_source(*self.source)
         transitions = list(replay(RuleSet(config.rules), samples, config.buffer, until, config.stall_after))
         notes = would_send(config, transitions, until)
-        return {
+        out: dict[str, Any] = {
             "samples": len(samples),
             "transitions": [transition_json(t) for t in transitions],
             "notifications": [notification_json(n) for n in notes],
         }
+        if self.plot:
+            out["plots"] = [
+                {"source": src, "run": run, "svg": figure_svg(figure(samples, transitions, src, run))}
+                for src, run in runs_in(samples)[:MAX_PLOTS]
+            ]
+        return out
 
     def _inline(self) -> list[Sample]:
         out, errors = [], []

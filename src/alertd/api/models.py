@@ -246,6 +246,8 @@ class DryRunIn(_In):
     samples: list[dict[str, Any]] = Field(default_factory=list)
     source: DryRunSourceIn | None = None
     until: float | str | None = None
+    plot: bool = False
+    """Also draw each run (the first 10) as an SVG with its alert spans: the answer's `plots`."""
 
 
 class TransitionOut(BaseModel):
@@ -272,12 +274,21 @@ class NotificationOut(BaseModel):
     alerts: list[TransitionOut]
 
 
+class PlotOut(BaseModel):
+    """One run drawn: its key series as line charts, alert spans shaded, NaN/Inf marked (an SVG document)."""
+
+    source: str
+    run: str
+    svg: str
+
+
 class DryRunOut(BaseModel):
     """What the rules would have done."""
 
     samples: int
     transitions: list[TransitionOut]
     notifications: list[NotificationOut]
+    plots: list[PlotOut] | None = None
 
 
 def silence_json(s: Silence, now: float) -> dict[str, Any]:

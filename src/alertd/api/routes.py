@@ -30,6 +30,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from alertd.api import models as m
 from alertd.api.metrics import ServiceCollector, alert_counts, source_up
 from alertd.api.models import parse_instant, silence_from, silence_json, time_or_none
+from alertd.api.pages import pages_router
+from alertd.api.plots import plot_routes
+from alertd.api.roots import roots_routes
 from alertd.api.server import AcceptErrors, Connections, connection_limit, protocol_factory
 from alertd.api.v2 import V2Error, v2_router
 from alertd.buffer import Series
@@ -213,9 +216,12 @@ def create_app(
     dry_runs = DryRuns(timeout=dry_run_timeout, roots=dry_run_roots, limit=max_dry_runs)
     app.state.dry_runs = dry_runs
     _state_routes(api, service)
+    plot_routes(api, service)
     _silence_routes(api, service)
     _admin_routes(api, service, dry_runs)
+    roots_routes(api, dry_run_roots)
     app.include_router(api)
+    app.include_router(pages_router())
     app.include_router(v2_router(service, V2Error), dependencies=deps)
 
     @app.exception_handler(V2Error)
@@ -461,7 +467,7 @@ def _admin_routes(api: APIRouter, service: Any, dry_runs: DryRuns) -> None:
         own, killed at the time limit (504); while the most allowed at once run, 429 with Retry-After."""
         if body.source is not None and not dry_runs.roots:
             raise ApiError(403, "source dry-runs are disabled: the server allows no directory")
-        job = body.model_dump(include={"rules", "samples", "source", "until"})
+        job = body.model_dump(include={"rules", "samples", "source", "until", "plot"})
         try:
             answer = await dry_runs.run(job)
         except DryRunFailed as exc:

@@ -1,0 +1,76 @@
+"""`GET /api/v1/runs/plot.svg`: a live run drawn from the service's buffer, with its alert spans.
+
+The samples are copied out of the buffer on the event loop (at most `MAX_POINTS` of each series, the
+newest); drawing runs in a worker thread. Spans come from the service's recent transitions
+(`Service.transition_log`) and, for alerts active since before it (a restart), from the alerts
+themselves (pending from their start, firing from when they fired).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
+
+from alertd.buffer import SeriesBuffer
+from alertd.model import Alert, AlertState, Sample, Transition, TransitionKind
+from alertd.plot.build import HOST_METRICS, figure
+from alertd.plot.svg import figure_svg
+
+MAX_POINTS = 20_000
+"""Samples of one series drawn at most (the newest)."""
+SVG_HEADERS = {
+    "Cache-Control": "no-cache",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
+}
+
+
+def run_samples(buffer: SeriesBuffer, source: str, run: str, max_points: int = MAX_POINTS) -> list[Sample]:
+    """The buffered samples of run `run` of `source`, and the host-wide GPU series, in time order."""
+    out: list[Sample] = []
+    for s in buffer:
+        key = s.key
+        r = key.label("run")
+        mine = r == run and (key.label("source") or "") == source
+        if not mine and not (r is None and key.metric in HOST_METRICS):
+            continue
+        first = max(s.start, len(s.times) - max_points)
+        out.extend(Sample(key, s.times[i], s.step_at(i), s.values[i]) for i in range(first, len(s.times)))
+    out.sort(key=lambda x: x.time)
+    return out
+
+
+def with_active(log: Iterable[Transition], alerts: Sequence[Alert]) -> list[Transition]:
+    """The logged transitions, and those an active alert implies where the log no longer holds its start."""
+    out = list(log)
+    started = {(t.rule, t.labels) for t in out if t.state in (TransitionKind.PENDING, TransitionKind.FIRING)}
+    for a in alerts:
+        if (a.rule, a.labels) in started:
+            continue
+        common = (a.step, a.value, a.labels, a.severity, a.annotations, a.active_at)
+        out.append(Transition(a.rule, TransitionKind.PENDING, a.active_at, *common))
+        if a.state is AlertState.FIRING and a.fired_at is not None:
+            out.append(Transition(a.rule, TransitionKind.FIRING, a.fired_at, *common))
+    out.sort(key=lambda t: t.time)
+    return out
+
+
+def plot_routes(api: APIRouter, service: Any) -> None:
+    @api.get("/runs/plot.svg", response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}})
+    async def run_plot(
+        source: str = Query(..., max_length=1000, description="the run's `source` label"),
+        run: str = Query(..., max_length=1000, description="the run's `run` label"),
+    ) -> Response:
+        """The run's key series (loss, grad norm, learning rate, throughput, what alerts were raised on,
+        the host's GPU utilisation) as line charts, with the spans where alerts were pending and firing
+        and NaN/Inf samples marked: one SVG document."""
+        engine = service.engine
+        samples = run_samples(engine.buffer, source, run)
+        alerts = engine.state.alerts(engine.ruleset.rules)
+        transitions = with_active(getattr(service, "transition_log", ()), alerts)
+        svg = await asyncio.to_thread(lambda: figure_svg(figure(samples, transitions, source, run)))
+        return Response(svg, media_type="image/svg+xml", headers=SVG_HEADERS)
