@@ -33,8 +33,8 @@ run: venv-run
 	$(VENV)/bin/alertd --rules $(RULES)
 
 # Debian packages the tests run for real: prometheus-alertmanager (the forwarder's tests) and slurm-wlm + munge
-# (a single-node Slurm for the slurm source and notifier).
-SYSTEM_DEPS := prometheus-alertmanager:prometheus-alertmanager slurmctld:slurm-wlm munged:munge
+# (a single-node Slurm for the slurm source and notifier), chromium (the web pages' browser tests).
+SYSTEM_DEPS := prometheus-alertmanager:prometheus-alertmanager slurmctld:slurm-wlm munged:munge chromium:chromium
 system-deps:
 	@missing=""; for dep in $(SYSTEM_DEPS); do \
 	  bin=$${dep%%:*}; pkg=$${dep##*:}; \

@@ -1,0 +1,227 @@
+"""The web pages in a real browser: Debian's chromium driven by Playwright, against a live alertd whose run is
+written during the test. Every request the page makes must go to alertd itself (no CDN, no network).
+Screenshots are saved under `test-artifacts/web/` (or $ALERTD_ARTIFACTS)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from service_helpers import Alertd, wait_for
+
+from alertd.testing.tbwriter import ScalarWriter
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+TOKEN = "page-token-7f3a91"
+ARTIFACTS = Path(os.environ.get("ALERTD_ARTIFACTS") or Path(__file__).resolve().parents[2] / "test-artifacts") / "web"
+
+RULES = """
+sources:
+  - {{name: tb, type: tensorboard, logdir: "{logdir}", interval: 0.2s}}
+notifiers: {{console: {{type: log}}}}
+route: {{receivers: [console], group_wait: 0s, repeat_interval: 4h}}
+rules:
+  - {{name: loss_not_finite, metric: ["*loss"], condition: nonfinite, severity: critical,
+      annotations: {{summary: "{{{{ metric }}}} is {{{{ value }}}} at step {{{{ step }}}}"}}}}
+  - {{name: grad_norm_exploding, metric: ["*grad_norm"], condition: "> 100", severity: warning}}
+"""
+
+DRY_RULES = """rules:
+  - {name: loss_not_finite, metric: ["*loss"], condition: nonfinite, severity: critical}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, token: str = TOKEN) -> Any:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def _write_run(logdir: Path, nan_step: int = 30, steps: int = 45) -> None:
+    w = ScalarWriter(logdir / "exp1")
+    t0 = time.time() - steps * 2
+    for step in range(steps):
+        loss = math.nan if step == nan_step else 3.0 * math.exp(-step / 20) + 0.3
+        w.add_scalar("train/loss", loss, step, wall_time=t0 + 2 * step)
+        w.add_scalar("train/grad_norm", 150.0 if step == 12 else 1.0 + step / 100, step, wall_time=t0 + 2 * step)
+        w.add_scalar("train/learning_rate", 1e-4, step, wall_time=t0 + 2 * step)
+    w.flush()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    if not shutil.which(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (the web tests drive a real browser)")
+    root = tmp_path_factory.mktemp("web")
+    logdir, recorded = root / "runs", root / "recorded"
+    logdir.mkdir()
+    _write_run(recorded)  # a past run for the dry-run page, under the allowed root
+    rules = root / "rules.yaml"
+    rules.write_text(RULES.format(logdir=logdir))
+    port = _free_port()
+    env = {"ALERTD_API_TOKEN": TOKEN, "ALERTD_DRY_RUN_ROOTS": str(recorded)}
+    alertd = Alertd(rules, root / "state", "--listen", f"127.0.0.1:{port}", env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        alertd.wait_log("alertd started", 30)
+        _write_run(logdir, steps=31)  # the live run, written while alertd watches: it ends on the NaN
+
+        def firing() -> bool:
+            alerts = _get(f"{base}/api/v1/alerts")
+            return any(a["rule"] == "loss_not_finite" and a["state"] == "firing" for a in alerts)
+
+        wait_for(firing, "the NaN alert to fire", 30, alertd)
+        yield {"base": base, "alertd": alertd, "recorded": recorded}
+    finally:
+        alertd.stop(signal.SIGTERM)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-domain-reliability",
+                "--disable-sync",
+                "--proxy-server=http://127.0.0.1:9",  # nothing but alertd (bypassed below) can be reached
+                "--proxy-bypass-list=127.0.0.1",
+            ],
+        )
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser: Any, site: dict[str, Any]) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1100, "height": 900})
+    foreign: list[str] = []
+    context.on("request", lambda r: None if r.url.startswith(site["base"]) else foreign.append(r.url))
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    yield pg
+    context.close()
+    assert foreign == [], f"the page asked for something outside alertd: {foreign}"
+    assert errors == [], f"script errors on the page: {errors}"
+
+
+def shot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def login(page: Any, base: str, path: str = "/ui/") -> None:
+    page.goto(base + path)
+    page.locator("#token").fill(TOKEN)
+    page.locator("#login-form button[type=submit]").click()
+
+
+def test_without_the_token_the_page_stays_empty(page: Any, site: dict[str, Any]) -> None:
+    page.goto(site["base"] + "/")  # redirected to /ui/
+    page.locator("#login").wait_for(state="visible")
+    assert page.url.endswith("/ui/")
+    assert page.locator("#content").inner_text() == ""
+    assert "loss_not_finite" not in page.content()
+    page.locator("#token").fill("not-the-token")
+    page.locator("#login-form button[type=submit]").click()
+    page.locator("#login-error").filter(has_text="refused").wait_for()
+    assert "loss_not_finite" not in page.content()
+    shot(page, "login")
+
+
+def test_the_overview_lists_the_firing_alert_its_run_and_the_sources(page: Any, site: dict[str, Any]) -> None:
+    login(page, site["base"])
+    row = page.locator('#alerts tr[data-rule="loss_not_finite"][data-state="firing"]')
+    row.wait_for()
+    text = row.inner_text()
+    assert "critical" in text and "train/loss is NaN at step 30" in text and "30" in text
+    assert page.locator('#runs tr[data-run="exp1"][data-source="tb"]').inner_text().count("exp1") >= 1
+    assert "up" in page.locator('#sources tr[data-source="tb"]').inner_text()
+    # Live: a new alert appears without a reload.
+    w = ScalarWriter(Path(site["alertd"].log_path).parent / "runs" / "exp2")
+    w.add_scalar("train/grad_norm", 500.0, 1)
+    w.flush()
+    page.locator('#alerts tr[data-rule="grad_norm_exploding"]').filter(has_text="exp2").wait_for(timeout=20_000)
+    shot(page, "overview")
+
+
+def test_the_run_page_draws_the_curves_with_the_alert_span_over_the_firing_step(
+    page: Any, site: dict[str, Any]
+) -> None:
+    login(page, site["base"])
+    page.locator('#runs a:text-is("exp1")').first.click()
+    panel = page.locator('#chart g.panel[data-metric="train/loss"]')
+    panel.wait_for()
+    span = panel.locator('rect.span.firing[data-rule="loss_not_finite"]')
+    assert span.get_attribute("data-step") == "30"
+    nan = panel.locator('g.nonfinite[data-kind="NaN"]')
+    assert nan.get_attribute("data-step") == "30"  # the NaN is marked, not dropped
+    box, mark = span.bounding_box(), nan.bounding_box()
+    assert box is not None and mark is not None
+    assert box["x"] - 1 <= mark["x"] + mark["width"] / 2 <= box["x"] + box["width"] + 1  # the span covers it
+    for metric in ("train/grad_norm", "train/learning_rate"):
+        assert page.locator(f'#chart g.panel[data-metric="{metric}"] path.line').count() == 1
+    assert page.locator("#run-state-value").inner_text().startswith("running")
+    shot(page, "run")
+
+
+def test_a_silence_made_from_the_page_silences_the_alert(page: Any, site: dict[str, Any]) -> None:
+    login(page, site["base"])
+    row = page.locator('#alerts tr[data-rule="loss_not_finite"]').filter(has_text="exp1")
+    row.get_by_role("link", name="Silence").click()
+    page.locator("#matchers").wait_for()
+    matchers = page.locator("#matchers").input_value()
+    assert 'alertname="loss_not_finite"' in matchers and 'run="exp1"' in matchers
+    page.locator("#comment").fill("looking into it")
+    page.get_by_role("button", name="Create silence").click()
+    page.locator('#silence-list tr:has-text("looking into it") td.status-active').wait_for()
+    alert = next(a for a in _get(site["base"] + "/api/v1/alerts") if a["rule"] == "loss_not_finite")
+    assert alert["silenced"] is True
+    shot(page, "silences")
+    page.goto(site["base"] + "/ui/")
+    page.locator('#alerts tr[data-rule="loss_not_finite"]:has-text("silenced")').wait_for()
+    # expire it again from the page
+    page.goto(site["base"] + "/ui/silences")
+    page.locator('#silence-list tr:has-text("looking into it")').get_by_role("button", name="Expire").click()
+    page.locator('#silence-list tr:has-text("looking into it") td.status-expired').wait_for()
+
+
+def test_the_dry_run_page_shows_the_rule_firing_at_the_step_of_the_data(page: Any, site: dict[str, Any]) -> None:
+    login(page, site["base"], "/ui/dry-run")
+    page.locator("select#source").wait_for()
+    page.locator("#rules").fill(DRY_RULES)
+    page.locator("select#source").select_option(label=f"tensorboard: {site['recorded'] / 'exp1'}")
+    page.keyboard.press("Tab")
+    page.get_by_role("button", name="Run").click()
+    row = page.locator('#dry-result tr[data-rule="loss_not_finite"][data-state="firing"]')
+    row.wait_for(timeout=30_000)
+    assert row.get_attribute("data-step") == "30"
+    span = page.locator('#dry-result g.panel[data-metric="train/loss"] rect.span.firing')
+    assert span.get_attribute("data-step") == "30"
+    shot(page, "dry-run")
