@@ -120,9 +120,9 @@ def test_html_page_png_and_the_choice_of_run() -> None:
     assert "of 2 runs" in pick_run(samples, trs, None)[1]
     assert pick_run(samples, trs, "b") == (("s", "b"), "")
     assert pick_run(samples, trs, "s:b") == (("s", "b"), "")
-    with pytest.raises(PlotError, match="no such run in the data \\(runs: exp1, b\\)"):
+    with pytest.raises(PlotError, match=r"no such run in the data \(runs: exp1, b\)"):
         pick_run(samples, trs, "nope")
-    with pytest.raises(PlotError, match="ending in .html, .svg or .png"):
+    with pytest.raises(PlotError, match=r"ending in \.html, \.svg or \.png"):
         plot_format("out.pdf")
     body, note = render(samples, trs, "x.svg", "exp1")
     assert body.startswith(b"<svg") and note == ""
