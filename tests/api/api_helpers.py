@@ -221,7 +221,7 @@ class Served:
                 with contextlib.suppress(OSError):
                     stat = Path(f"/proc/{entry}/stat").read_text()
                     ppid = int(stat.rsplit(")", 1)[1].split()[1])
-                    if ppid == self.proc.pid and b"dryrun_worker" in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    if ppid == self.proc.pid and b"alertd.api.worker" in Path(f"/proc/{entry}/cmdline").read_bytes():
                         out.append(int(entry))
         return out
 

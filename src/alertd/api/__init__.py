@@ -2,10 +2,14 @@
 
 routes   the FastAPI app and its routes (`create_app`), the listening socket and `serve_api`
 models   the pydantic request and response models (the OpenAPI schema), RFC 3339 times
-dryrun   `POST /api/v1/dry-run`'s job, done in a worker process (`alertd.dryrun_worker`)
+dryrun   `POST /api/v1/dry-run`'s job, done in a worker process
+worker   the dry-run worker processes: `DryRuns` starts `python -m alertd.api.worker`, bounds and kills them
 metrics  `GET /metrics`: the Prometheus collector over the running service
 server   how connections are served and kept in bounds (uvicorn's h11 protocol, head deadline, cap)
 v2       Alertmanager's API v2, the part `amtool` uses
+pages    the web pages (overview, run, silences, dry-run) and their two static assets (`static/`)
+plots    `GET /api/v1/runs/plot.svg`: a live run drawn from the buffer (alertd.plot)
+roots    `GET /api/v1/dry-run/sources`: what a dry run may read under the allowed roots
 
 The names of `routes` below are loaded on first use: a dry-run worker imports `alertd.api.dryrun`
 without FastAPI or uvicorn.

@@ -2,7 +2,7 @@
 
 Nothing here sends or kills: no notifier object is ever built; the notifications are what the
 rules' route would have produced (`plan` over the transitions, in time order, from a fresh state).
-It runs in a worker process of its own (`alertd.dryrun_worker`), which the service kills at the
+It runs in a worker process of its own (`alertd.api.worker`), which the service kills at the
 request's time limit.
 """
 

@@ -2,7 +2,7 @@
 
 Handlers are `async` and run in the service's own event loop, so they read the buffer and the rules'
 state between two evaluations, never during one. Each dry run works in a process of its own
-(`alertd.dryrun_worker`), at most four at once, killed at `dry_run_timeout` (the client gets 504).
+(`alertd.api.worker`), at most four at once, killed at `dry_run_timeout` (the client gets 504).
 With a token, every endpoint but `/healthz`, `/readyz` and `/metrics` wants `Authorization: Bearer`,
 checked before the body is read. How connections are kept in bounds is `alertd.api.server`'s part.
 """
@@ -35,10 +35,10 @@ from alertd.api.plots import plot_routes
 from alertd.api.roots import roots_routes
 from alertd.api.server import AcceptErrors, Connections, connection_limit, protocol_factory
 from alertd.api.v2 import V2Error, v2_router
+from alertd.api.worker import MAX_RUNNING, DryRunFailed, DryRuns
 from alertd.buffer import Series
 from alertd.config import redacted
 from alertd.dispatch.matchers import alert_label_map
-from alertd.dryrun_worker import MAX_RUNNING, DryRunFailed, DryRuns
 from alertd.model import SeriesKey, format_value
 
 Scope = MutableMapping[str, Any]

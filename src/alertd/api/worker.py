@@ -2,7 +2,7 @@
 named like an event file, a YAML alias bomb, a rule that takes for ever) can hold the service's threads,
 its memory or its shutdown.
 
-`DryRuns` (in the service) starts `python -m alertd.dryrun_worker` in a new session for each dry run,
+`DryRuns` (in the service) starts `python -m alertd.api.worker` in a new session for each dry run,
 at most `limit` at once (one more is answered 429 with Retry-After), writes the job to its stdin as
 JSON and reads the answer from its stdout (at most `max_output` bytes). At the time limit, and when the
 service stops, the worker's whole process group gets SIGKILL. The worker itself limits its address space
@@ -182,7 +182,7 @@ async def _spawn() -> asyncio.subprocess.Process:
         sys.executable,
         "-P",  # not the working directory first on sys.path: a stray `alertd/` there is never imported
         "-m",
-        "alertd.dryrun_worker",
+        "alertd.api.worker",
         str(os.getpid()),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
