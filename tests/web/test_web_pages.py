@@ -225,3 +225,25 @@ def test_the_dry_run_page_shows_the_rule_firing_at_the_step_of_the_data(page: An
     span = page.locator('#dry-result g.panel[data-metric="train/loss"] rect.span.firing')
     assert span.get_attribute("data-step") == "30"
     shot(page, "dry-run")
+
+
+def test_a_phone_and_the_keyboard_alone_are_enough(browser: Any, site: dict[str, Any]) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    try:
+        page.goto(site["base"] + "/ui/")
+        page.locator("#token").wait_for(state="visible")
+        page.keyboard.type(TOKEN)  # the prompt has the focus: type, Enter
+        page.keyboard.press("Enter")
+        page.locator('#alerts tr[data-rule="loss_not_finite"]').first.wait_for()
+        wide = page.evaluate("document.documentElement.scrollWidth")
+        assert wide <= 390, f"the page is {wide}px wide on a 390px phone"  # wide tables scroll in their box
+        for _ in range(12):  # Tab reaches the run's link; Enter follows it
+            page.keyboard.press("Tab")
+            if page.evaluate("document.activeElement.textContent") == "exp1":
+                break
+        page.keyboard.press("Enter")
+        page.locator('#chart g.panel[data-metric="train/loss"]').wait_for()
+        shot(page, "phone-run")
+    finally:
+        context.close()
