@@ -75,6 +75,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from alertd import progress
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import CsvConfig
 from alertd.sources.gcpause import gc_paused
@@ -302,6 +303,8 @@ class CsvSource:
                 )
                 self._warned_many = True
             out: list[Sample] = []
+            if progress.active():  # the sizes of all the files up front: a progress bar's total
+                progress.sized_files([*self._files, *paths])
             for path in sorted(self._files):  # known files first: a rotation is seen before its new name
                 self._read_file(self._files[path], now, out)
             for path in paths:
@@ -419,7 +422,8 @@ class CsvSource:
                 log.info("csv source %s: %s was rewritten in place; reading it again from the start", self.name, f.path)
                 self._start_over(f)
                 continue
-            if self._consume(f, lines, now, out):
+            first = 0 if chunk.reset or chunk.retired is not None else offset
+            if all(self._consume(f, part, now, out) for part in progress.batches(f.path, lines, first, f.tail.offset)):
                 return
             self._start_over(f)
         log.warning("csv source %s: %s keeps changing while read; trying again at the next poll", self.name, f.path)

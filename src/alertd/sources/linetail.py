@@ -26,6 +26,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from alertd import progress
 from alertd.sources.fileopen import NotRegularFile as NotRegularFile  # re-exported: textlog catches it
 from alertd.sources.fileopen import not_regular, open_regular
 
@@ -121,6 +122,7 @@ class LineTail:
             self.offset, self.head = 0, b""
             self.splitter.reset()
             chunk.reset = True
+        progress.sized(self.path, st.st_size)
         while self.offset < st.st_size:
             data = os.pread(self._fd_or_raise(), min(st.st_size - self.offset, self.max_read), self.offset)
             if not data:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from alertd import progress
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import SamplesConfig
 from alertd.sources.fileopen import open_regular
@@ -27,6 +28,7 @@ from alertd.sources.fileopen import open_regular
 log = logging.getLogger(__name__)
 _SPECIAL = {"nan": math.nan, "+inf": math.inf, "inf": math.inf, "infinity": math.inf, "+infinity": math.inf}
 _SPECIAL |= {"-inf": -math.inf, "-infinity": -math.inf}
+_REPORT_LINES = 4096
 
 
 class SampleLineError(ValueError):
@@ -85,14 +87,24 @@ def parse_sample(line: str, source: str | None = None) -> Sample:
 
 
 def read_samples(path: str, source: str | None = None) -> Iterator[Sample | tuple[int, str]]:
-    """Every sample of a whole file; a bad line yields (line number, message) instead."""
-    with io.TextIOWrapper(open_regular(path), encoding="utf-8") as f:
+    """Every sample of a whole file; a bad line yields (line number, message) instead.
+
+    How far it has read is reported to `alertd.progress` every `_REPORT_LINES` lines (a dry-run's progress bar)."""
+    raw = open_regular(path)
+    with io.TextIOWrapper(raw, encoding="utf-8") as f:
+        observed = progress.active()
+        if observed:
+            progress.sized(path, os.fstat(raw.fileno()).st_size)
         for n, line in enumerate(f, 1):
+            if observed and n % _REPORT_LINES == 0:
+                progress.reached(path, raw.tell())  # the bytes the text layer has taken, 8 KiB at a time
             if line.strip():
                 try:
                     yield parse_sample(line, source)
                 except SampleLineError as exc:
                     yield n, str(exc)
+        if observed:
+            progress.reached(path, raw.tell())
 
 
 class SamplesSource:

@@ -37,6 +37,7 @@ whether it was skipped, and per metric file the byte offset and line number reac
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import threading
@@ -45,6 +46,7 @@ from typing import Any
 
 import yaml
 
+from alertd import progress
 from alertd.errors import SourceError
 from alertd.model import Sample
 from alertd.sources.config import MlflowConfig
@@ -362,6 +364,7 @@ class FileStoreSource:
 
     def _read_metric(self, run: _Run, key: str, metric: _Metric, out: list[Sample]) -> None:
         tail = metric.tail
+        offset = tail.offset
         try:
             chunk = tail.read()
         except OSError as exc:
@@ -373,7 +376,8 @@ class FileStoreSource:
         if chunk.reset:
             skip, metric.line = metric.line, 0
         series = self.keys.key(run.labels, key)
-        for line in chunk.lines:
+        start = 0 if chunk.reset else offset
+        for line in itertools.chain.from_iterable(progress.batches(tail.path, chunk.lines, start, tail.offset)):
             metric.line += 1
             if metric.line <= skip or not line.strip():
                 continue

@@ -40,6 +40,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from alertd import progress
 from alertd.errors import SourceError
 from alertd.sources.mlflow.http import NoEndpoint, RestClient
 from alertd.sources.mlflow.values import parse_value, value_key
@@ -227,4 +228,5 @@ class HistoryReader:
                 points.append(parse_point(raw))
             except (ValueError, TypeError) as exc:
                 log.warning("MLflow %s at %s: a point skipped: %s", endpoint, self.client.host, exc)
+        progress.received(0, rows=len(points))
         return points

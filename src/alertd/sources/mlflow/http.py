@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 from alertd import __version__ as _version
+from alertd import progress
 from alertd.errors import SourceError
 from alertd.sources.httpretry import AuthError, Sleep, backoff, parse_retry_after, retrying
 
@@ -191,6 +192,7 @@ class RestClient:
             return None, (self._backoff(attempt) if wait is None else wait), f"HTTP {status}"
         if status >= 400 or status < 200:
             raise self._error(endpoint, resp)
+        progress.received(len(resp.content))
         try:
             data = resp.json()
         except ValueError:

@@ -19,6 +19,9 @@
 - `cursor()` / `restore()` carry the consumed byte offset of each file (path relative to the logdir) so
   that a restarted service resumes without reading anything twice.
 - A logdir that does not exist yet gives empty polls and one info line until it appears.
+- A poll reads at most `_MAX_POLL_READ` bytes of one file; `behind` says whether a file has more, for a
+  caller that wants everything now (a dry-run polls again until it is False). Sizes and bytes read are
+  reported to `alertd.progress` (a dry-run's progress bar; nothing listens in the service).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from alertd import progress
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import TensorBoardConfig
 from alertd.sources.fileopen import NotRegularFile, not_regular, open_regular
@@ -45,6 +49,8 @@ log = logging.getLogger(__name__)
 _FULL_RESCAN_POLLS = 60
 _MAX_READ = 64 << 20
 """Bytes read from a file at once (a record longer than this is read whole: at most `MAX_RECORD`)."""
+_PROGRESS_READ = 4 << 20
+"""Bytes read at once while a progress bar is drawn (`alertd.progress.active()`): one update per 4 MiB decoded."""
 _MAX_POLL_READ = 256 << 20
 """Bytes read from one file in one poll; a longer backlog is read on at the next poll."""
 _HEAD = 4096
@@ -64,6 +70,7 @@ class _Tail:
     """One event file: where reading stopped, and how its records become samples."""
 
     __slots__ = (
+        "behind",
         "damage_at",
         "damage_logged",
         "damage_reason",
@@ -107,6 +114,8 @@ class _Tail:
         self.damage_at = -1
         self.damage_reason = ""
         self.damage_logged = False
+        self.behind = False
+        """The last read stopped at the per-poll budget: the file has more bytes."""
         self.restore(saved)
 
     def restore(self, saved: _Saved) -> None:
@@ -135,6 +144,7 @@ class _Tail:
         with open_regular(self.path) as f:
             fd = f.fileno()
             st = os.fstat(fd)
+            progress.sized(self.path, st.st_size)
             ident = (st.st_dev, st.st_ino)
             if self.ident is not None and ident != self.ident:
                 self._restart("was replaced by another file")
@@ -144,12 +154,15 @@ class _Tail:
                 self._restart("was rewritten (its first bytes changed)")
             self.ident = ident
             caught_up = True
+            self.behind = False
             budget = _MAX_POLL_READ
+            piece = _PROGRESS_READ if progress.active() else _MAX_READ
             while st.st_size > self.offset:
                 if budget <= 0:
                     caught_up = False  # the rest at the next poll
+                    self.behind = True
                     break
-                data = os.pread(fd, min(st.st_size - self.offset, max(_MAX_READ, self.wanted)), self.offset)
+                data = os.pread(fd, min(st.st_size - self.offset, max(piece, self.wanted)), self.offset)
                 if not data:
                     break
                 budget -= len(data)
@@ -161,6 +174,7 @@ class _Tail:
                 out += samples
                 starts += new_starts
                 self.offset += res.consumed
+                progress.reached(self.path, self.offset)
                 self.resyncing, self.wanted = res.resyncing, res.wanted
                 if self.head_len < min(self.offset, _HEAD):
                     self.head_len = min(self.offset, _HEAD)
@@ -322,7 +336,15 @@ class TensorBoardSource:
             self._ordered = sorted(self._tails.values(), key=lambda t: t.order)
             self._unsorted = False
 
+    @property
+    def behind(self) -> bool:
+        """Whether a file has bytes the last poll left for the next one (it read `_MAX_POLL_READ` of it)."""
+        with self._lock:
+            return any(tail.behind for tail in self._tails.values())
+
     def _read_tails(self, tails: Sequence[_Tail], out: list[Sample]) -> None:
+        if progress.active():  # the sizes of all the files up front: a progress bar's total
+            progress.sized_files([tail.path for tail in tails])
         for tail in list(tails):
             starts: list[tuple[int, float]] = []
             self._read_file(tail, out, starts)
@@ -366,6 +388,7 @@ class TensorBoardSource:
 
     def _read_file(self, tail: _Tail, out: list[Sample], starts: list[tuple[int, float]]) -> None:
         """Read one file's new bytes; whatever goes wrong with it is logged (once) and stays with it."""
+        tail.behind = False  # until a read says otherwise: a file that fails is not waited for
         try:
             st = os.stat(tail.path)
             if not stat.S_ISREG(st.st_mode):

@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from alertd import progress
 from alertd.model import Sample
 from alertd.sources.config import TextLogConfig
 from alertd.sources.globs import glob_base, matching_files, run_of
@@ -84,6 +85,8 @@ class TextLogSource:
         """One poll, synchronously."""
         with self._lock:
             out: list[Sample] = []
+            if progress.active():  # the sizes of all the files up front: a progress bar's total
+                progress.sized_files([*self._files, *matching_files(self.pattern)])
             for f in list(self._files.values()):  # known files first: a rotation is seen before its new name
                 self._read(f, now, out)
             for path in matching_files(self.pattern):
@@ -112,6 +115,7 @@ class TextLogSource:
         return f
 
     def _read(self, f: _File, now: float, out: list[Sample]) -> None:
+        start = f.tail.offset
         try:
             chunk = f.tail.read()
         except FileNotFoundError:
@@ -131,8 +135,9 @@ class TextLogSource:
                 self._retired[(int(ident[0]), int(ident[1]))] = chunk.retired
                 while len(self._retired) > _RETIRED:
                     self._retired.popitem(last=False)
-        if chunk.lines:
-            f.stream.parse(self.parser, chunk.lines, now, out)
+        start = 0 if chunk.reset or chunk.retired is not None else start
+        for lines in progress.batches(f.path, chunk.lines, start, f.tail.offset):
+            f.stream.parse(self.parser, lines, now, out)
 
     def _warn(self, f: _File, message: str) -> None:
         if f.error != message:

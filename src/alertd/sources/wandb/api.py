@@ -37,6 +37,7 @@ from typing import Any
 
 import httpx
 
+from alertd import progress
 from alertd.errors import SourceError
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import WandbConfig
@@ -290,6 +291,7 @@ class WandbSource:
         return key
 
     def _history(self, run: _Run, rows: list[dict[str, Any]], created: float | None, out: list[Sample]) -> None:
+        progress.received(0, rows=len(rows))
         for row in sorted(rows, key=lambda r: to_float(r.get("_step")) or 0.0):
             step_f = to_float(row.get("_step"))
             if step_f is None or step_f != step_f or int(step_f) <= run.last_step:

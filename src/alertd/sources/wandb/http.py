@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from alertd import __version__ as _version
+from alertd import progress
 from alertd.errors import SourceError
 from alertd.sources.httpretry import AuthError, Sleep, backoff, parse_retry_after, retrying
 
@@ -104,6 +105,7 @@ class GraphQLClient:
             if wait is None and (status == 429 or resp.headers.get("RateLimit-Remaining") == "0"):
                 wait = parse_retry_after(resp.headers.get("RateLimit-Reset"), now)
             return None, (self._backoff(attempt) if wait is None else wait), f"HTTP {status}"
+        progress.received(len(resp.content))
         return self._parse(name, resp), 0.0, ""
 
     def _parse(self, name: str, resp: httpx.Response) -> dict[str, Any]:

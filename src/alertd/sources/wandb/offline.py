@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from alertd import progress
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import WandbDirConfig
 from alertd.sources.fileopen import NotRegularFile
@@ -111,7 +112,10 @@ class WandbDirSource:
     def read_new(self) -> list[Sample]:
         """Read every run file's new complete records and return their samples."""
         out: list[Sample] = []
-        for path in find_run_files(self.path):
+        paths = find_run_files(self.path)
+        if progress.active():  # the sizes of all the files up front: a progress bar's total
+            progress.sized_files(paths)
+        for path in paths:
             self._read_file(path, out)
         return out
 
@@ -185,8 +189,10 @@ class WandbDirSource:
             state.error = ""
         for problem in problems:
             self._report(path, problem)
-        for offset, payload in records:
-            self._decode(path, state, offset, payload, out)
+        first = records[0][0] if records else state.reader.offset
+        for part in progress.batches(path, records, first, state.reader.offset):
+            for offset, payload in part:
+                self._decode(path, state, offset, payload, out)
 
     def _fail(self, state: _RunFile, message: str) -> None:
         if state.error != message:

@@ -29,6 +29,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from alertd import progress
 from alertd.sources.fileopen import not_regular, open_regular
 
 BLOCK_SIZE = 32 * 1024
@@ -77,6 +78,7 @@ class LogReader:
             if size < self._seen_size:  # the file was replaced by a shorter one: start again
                 self.offset = 0
             self._seen_size = size
+            progress.sized(self.path, size)
             while self.offset < size:
                 data = os.pread(f.fileno(), min(piece, size - self.offset), self.offset)
                 before = self.offset
