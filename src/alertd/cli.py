@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
+from typing import TextIO
 
 from pydantic import TypeAdapter, ValidationError
 
-from alertd import __version__
+from alertd import __version__, progress
 from alertd.config import Config, load_config
 from alertd.dryrun import dumps, replay, transition_text
 from alertd.errors import ConfigError, SourceError
 from alertd.model import Sample
+from alertd.progress import MessageHandler, Progress
 from alertd.rules.evaluate import RuleSet
 from alertd.sources.config import SourceConfig
 from alertd.sources.registry import REPLAYABLE, build_source
@@ -78,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     dry.add_argument("--source", action="append", default=[], metavar="TYPE:LOCATION", help=_SOURCE_HELP)
     dry.add_argument("--format", choices=("text", "json"), default="text")
     dry.add_argument("--until", default=None, help="evaluate up to this RFC 3339 time or epoch second")
+    dry.add_argument("--quiet", action="store_true", help="no progress bar (drawn only when stderr is a terminal)")
     return p
 
 
@@ -152,12 +157,53 @@ def _test(ns: argparse.Namespace) -> int:
 
 def _dry_run(ns: argparse.Namespace) -> int:
     cfg = load_config(ns.rules)
-    samples = _collect(cfg, ns.source)
-    until = _parse_until(ns.until)
-    for t in replay(RuleSet(cfg.rules), samples, cfg.buffer, until, cfg.stall_after):
-        print(dumps(t) if ns.format == "json" else transition_text(t), flush=False)
+    bar = None if ns.quiet else Progress.for_terminal(sys.stderr)
+    with _showing(bar):
+        samples = _collect(cfg, ns.source, bar)
+        until = _parse_until(ns.until)
+        fed = bar.evaluated if bar is not None else None
+        shared = bar is not None and _isatty(sys.stdout)  # the results go to the bar's terminal: erase it first
+        for t in replay(RuleSet(cfg.rules), samples, cfg.buffer, until, cfg.stall_after, fed):
+            if shared and bar is not None:
+                bar.clear()
+            print(dumps(t) if ns.format == "json" else transition_text(t), flush=shared)
+        if bar is not None:
+            bar.finish_phase()
     sys.stdout.flush()
     return 0
+
+
+@contextmanager
+def _showing(bar: Progress | None) -> Iterator[None]:
+    """While the block runs: the readers report to `bar`, and warnings are printed above it; the bar is
+    erased at the end (an error too). Nothing at all without a bar."""
+    if bar is None:
+        yield
+        return
+    handler = MessageHandler(bar)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with progress.observing(bar):
+            yield
+    finally:
+        root.removeHandler(handler)
+        bar.close()
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _note(bar: Progress | None, text: str) -> None:
+    """A line on stderr (above the progress bar, when one is drawn)."""
+    if bar is not None:
+        bar.message(text)
+    else:
+        print(text, file=sys.stderr)
 
 
 def _parse_until(text: str | None) -> float | None:
@@ -171,37 +217,57 @@ def _parse_until(text: str | None) -> float | None:
         return parse_time(text)
 
 
-def _collect(cfg: Config, specs: Sequence[str]) -> list[Sample]:
+_SIZED_UP_FRONT = ("tensorboard", "wandb_dir", "samples", "textlog", "csv")
+"""Source types whose readers tell the sizes of all their files before reading them: the progress bar has a
+total and an ETA. The APIs (wandb, mlflow over HTTP) and an MLflow store (runs found while read) have neither."""
+
+
+def _collect(cfg: Config, specs: Sequence[str], bar: Progress | None = None) -> list[Sample]:
     configs = [_source_from_spec(cfg, spec) for spec in specs] if specs else list(cfg.sources)
     out: list[Sample] = []
     for src in configs:
         if src.type not in REPLAYABLE:
-            print(f"note: source {src.name!r} ({src.type}) has no history to replay; skipped", file=sys.stderr)
+            _note(bar, f"note: source {src.name!r} ({src.type}) has no history to replay; skipped")
             continue
+        if bar is not None:
+            label = src.name if src.name == src.type else f"{src.name} ({src.type})"
+            bar.reading(label, total_known=src.type in _SIZED_UP_FRONT)
         if src.type == "samples":
-            out += _read_samples_file(src.path, src.name)
-            continue
-        out += asyncio.run(_poll_all(src))
+            out += _read_samples_file(src.path, src.name, bar)
+        else:
+            out += asyncio.run(_poll_all(src))
+        if bar is not None:
+            bar.finish_phase()
     return out
 
 
-def _read_samples_file(path: str, name: str) -> list[Sample]:
+def _read_samples_file(path: str, name: str, bar: Progress | None = None) -> list[Sample]:
     out: list[Sample] = []
     try:
         for item in read_samples(path, name):
             if isinstance(item, Sample):
                 out.append(item)
             else:
-                print(f"warning: {path}:{item[0]}: skipped: {item[1]}", file=sys.stderr)
+                _note(bar, f"warning: {path}:{item[0]}: skipped: {item[1]}")
     except OSError as exc:
         raise CliError(f"can't read {path}: {exc.strerror or exc}") from exc
     return out
 
 
+_MAX_POLLS = 100_000
+"""Polls of one source in a dry-run, at most: a source `behind` after a poll (a TensorBoard event file
+longer than one poll reads) is polled again until it has read everything there was."""
+
+
 async def _poll_all(cfg: SourceConfig) -> list[Sample]:
     source = build_source(cfg)
     try:
-        return list(await source.poll(time.time()))
+        out = list(await source.poll(time.time()))
+        for _ in range(_MAX_POLLS):
+            if not getattr(source, "behind", False):
+                break
+            out += await source.poll(time.time())
+        return out
     except SourceError as exc:
         raise CliError(f"source {cfg.name!r}: {exc}") from exc
     finally:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -120,11 +120,17 @@ def replay(
     limits: BufferLimits | None = None,
     until: float | None = None,
     stall_after: float = 600.0,
+    fed: Callable[[int, int], None] | None = None,
 ) -> Iterator[Transition]:
-    """Every transition the rules make over `samples` (sorted by time here), in time order."""
+    """Every transition the rules make over `samples` (sorted by time here), in time order.
+
+    `fed(done, total)`, where given, is called before the first sample and after each chunk with the number
+    of samples fed so far and the number to feed (a progress bar's; it must not raise)."""
     run = Replay(ruleset, limits or BufferLimits(), stall_after=stall_after)
     ordered = _in_time_order(samples, run.buffer, until)
     span = run.limits.max_age / 4
+    if fed is not None:
+        fed(0, len(ordered))
     i = 0
     while i < len(ordered):
         j = min(i + CHUNK, len(ordered))
@@ -132,6 +138,8 @@ def replay(
             j -= 1
         yield from run.feed(ordered[i:j]).transitions
         i = j
+        if fed is not None:
+            fed(i, len(ordered))
     yield from run.end().transitions
     if until is not None:
         yield from run.advance(until).transitions
