@@ -19,7 +19,7 @@ from alertd import __version__, progress
 from alertd.config import Config, load_config
 from alertd.dryrun import dumps, replay, transition_text
 from alertd.errors import ConfigError, SourceError
-from alertd.model import Sample
+from alertd.model import Sample, Transition
 from alertd.progress import MessageHandler, Progress
 from alertd.rules.evaluate import RuleSet
 from alertd.sources.config import SourceConfig
@@ -83,6 +83,13 @@ def _parser() -> argparse.ArgumentParser:
     dry.add_argument("--format", choices=("text", "json"), default="text")
     dry.add_argument("--until", default=None, help="evaluate up to this RFC 3339 time or epoch second")
     dry.add_argument("--quiet", action="store_true", help="no progress bar (drawn only when stderr is a terminal)")
+    dry.add_argument(
+        "--plot",
+        default=None,
+        metavar="OUT",
+        help="also draw a run (its series, where each rule was pending and firing) to OUT: .html, .svg or .png",
+    )
+    dry.add_argument("--run", default=None, metavar="RUN", help="the run --plot draws (RUN or SOURCE:RUN)")
     return p
 
 
@@ -157,20 +164,51 @@ def _test(ns: argparse.Namespace) -> int:
 
 def _dry_run(ns: argparse.Namespace) -> int:
     cfg = load_config(ns.rules)
+    until = _parse_until(ns.until)
+    if ns.plot is not None:
+        from alertd.plot.output import PlotError, plot_format
+
+        try:
+            plot_format(ns.plot)
+        except PlotError as exc:
+            raise CliError(str(exc)) from None
+    elif ns.run is not None:
+        raise CliError("--run chooses the run --plot draws: give --plot OUT too")
     bar = None if ns.quiet else Progress.for_terminal(sys.stderr)
+    kept: list[Transition] = []
     with _showing(bar):
         samples = _collect(cfg, ns.source, bar)
-        until = _parse_until(ns.until)
         fed = bar.evaluated if bar is not None else None
         shared = bar is not None and _isatty(sys.stdout)  # the results go to the bar's terminal: erase it first
         for t in replay(RuleSet(cfg.rules), samples, cfg.buffer, until, cfg.stall_after, fed):
             if shared and bar is not None:
                 bar.clear()
             print(dumps(t) if ns.format == "json" else transition_text(t), flush=shared)
+            if ns.plot is not None:
+                kept.append(t)
         if bar is not None:
             bar.finish_phase()
     sys.stdout.flush()
+    if ns.plot is not None:
+        _write_plot(ns.plot, ns.run, samples, kept)
     return 0
+
+
+def _write_plot(path: str, run: str | None, samples: list[Sample], transitions: list[Transition]) -> None:
+    from alertd.plot.output import PlotError, render
+    from alertd.plot.png import PlotUnavailable
+
+    try:
+        body, note = render(samples, transitions, path, run)
+    except (PlotError, PlotUnavailable) as exc:
+        raise CliError(str(exc)) from None
+    try:
+        with open(path, "wb") as f:
+            f.write(body)
+    except OSError as exc:
+        raise CliError(f"can't write {path}: {exc.strerror or exc}") from exc
+    if note:
+        print(note, file=sys.stderr)
 
 
 @contextmanager
@@ -214,7 +252,11 @@ def _parse_until(text: str | None) -> float | None:
     try:
         return parse_time(float(text))
     except ValueError:
+        pass
+    try:
         return parse_time(text)
+    except ValueError as exc:
+        raise CliError(f"--until: {exc}") from None
 
 
 _SIZED_UP_FRONT = ("tensorboard", "wandb_dir", "samples", "textlog", "csv")

@@ -22,7 +22,7 @@ from alertd.plot.model import Figure, Line, Panel, Point, Span
 MAX_LINES = 8
 """Series drawn per panel at most."""
 KEY_METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("loss", ("loss", "train/loss", "train_loss", "train_loss_step", "train/loss_step", "*train*loss*", "*/loss")),
+    ("loss", ("loss", "train/loss", "train_loss", "train_loss_step", "train/loss_step", "*train*loss*")),
     ("eval loss", ("eval/loss", "eval_loss", "val/loss", "val_loss", "valid/loss", "validation/loss", "val*ppl*")),
     ("grad norm", ("*grad_norm*", "*grad_2.0_norm*", "*gradient_norm*")),
     ("learning rate", ("lr", "*/lr", "lr-*", "*learning_rate*", "*/lr_*")),
@@ -31,7 +31,8 @@ KEY_METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
 """Panel kinds and the metric names (globs) that fill them, as the default rules name them."""
 HOST_METRICS = ("gpu.utilization",)
 """Host-wide series (no `run` label) drawn over the run's time range."""
-_KEY = [(kind, re.compile("|".join(fnmatch.translate(p) for p in pats))) for kind, pats in KEY_METRICS]
+_KEY = [re.compile(fnmatch.translate(p)) for _, pats in KEY_METRICS for p in pats]
+"""Each glob of KEY_METRICS, in order: the first glob's metrics are drawn first."""
 
 
 def runs_in(samples: Iterable[Sample]) -> list[tuple[str, str]]:
@@ -72,7 +73,7 @@ def figure(
     for key in sorted(mine, key=lambda k: (k.metric, k.labels)):
         by_metric.setdefault(key.metric, []).append(key)
     chosen: list[tuple[str, list[SeriesKey], dict[SeriesKey, list[Point]]]] = []
-    for _, pattern in _KEY:
+    for pattern in _KEY:
         for metric in sorted(by_metric):
             if pattern.match(metric) and metric not in {c[0] for c in chosen}:
                 chosen.append((metric, by_metric[metric], mine))

@@ -102,6 +102,8 @@ def _panel(fig: Figure, panel: Panel, top: int, width: int, height: int) -> str:
         )
     for t in _time_ticks(t0, t1):
         xx = x(t)
+        if xx > x1 - 24:  # its label would run past the frame
+            continue
         out.append(
             f'<line class="grid" x1="{xx:.1f}" x2="{xx:.1f}" y1="{y0}" y2="{y1}"/>'
             f'<text class="tick" x="{xx:.1f}" y="{y1 + 15}" text-anchor="middle">+{_duration(t - t0)}</text>'
