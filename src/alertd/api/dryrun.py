@@ -38,6 +38,8 @@ from alertd.yamlfile import parse_yaml
 
 RULES_FILE = "<dry-run rules>"
 MAX_FLUSHES = 10_000
+MAX_POLLS = 10_000
+"""Polls of one source at most (each reads at most its per-poll budget: 256 MiB of an event file)."""
 MAX_PLOTS = 10
 """Runs a dry run draws at most (the first ones in the data)."""
 MAX_WALK = 100_000
@@ -125,7 +127,12 @@ class DryRunJob:
 async def _poll_once(cfg: SourceConfig) -> list[Sample]:
     source = build_source(cfg)
     try:
-        return [_checked(s) for s in await source.poll(time.time())]
+        out = [_checked(s) for s in await source.poll(time.time())]
+        for _ in range(MAX_POLLS):  # a source that reads a bounded amount per poll says it has more
+            if not getattr(source, "behind", False):
+                break
+            out += [_checked(s) for s in await source.poll(time.time())]
+        return out
     except SourceError as exc:
         raise DryRunError(400, [f"the source can't be read: {exc}"]) from exc
     finally:

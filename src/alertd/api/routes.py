@@ -27,6 +27,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from alertd import __version__
 from alertd.api import models as m
 from alertd.api.metrics import ServiceCollector, alert_counts, source_up
 from alertd.api.models import parse_instant, silence_from, silence_json, time_or_none
@@ -175,7 +176,7 @@ def create_app(
 ) -> FastAPI:
     """The API of `service` (an `alertd.app.Service`) as an ASGI app; `app.state.dry_runs` holds its
     dry-run workers (`close()` them when the service stops)."""
-    app = FastAPI(title="alertd", version="0.1.0", description=__doc__)
+    app = FastAPI(title="alertd", version=__version__, description=__doc__)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ServiceCollector(service))
 
