@@ -66,6 +66,7 @@ from alertd.clock import Clock, SystemClock
 from alertd.errors import NotifyError
 from alertd.filekind import file_kind
 from alertd.model import Notification, Transition, TransitionKind, format_time
+from alertd.notify.acted import Firings, Reports
 from alertd.notify.config import KillConfig
 from alertd.notify.procs import Delivery, ExitSeen, ProcessHandle, Procfs, ProcInfo, refusal
 from alertd.notify.stop_file import StopFileNotifier
@@ -85,7 +86,6 @@ PIDFILE_MAX = 64
 """A pidfile larger than this many bytes is refused unread."""
 CLOSE_WAIT = 5.0
 """Seconds `aclose` waits for the reports of the escalations it stopped."""
-_ACTED_MAX = 10_000
 _PID_TEXT = re.compile(r"\s*([0-9]{1,10})\s*")
 _WHY = {
     Delivery.GONE: "process gone/reused",
@@ -218,14 +218,14 @@ class KillNotifier:
         self.cfg = cfg
         self.hostname = hostname or socket.gethostname()
         self.procfs = Procfs(proc_root)
-        self.history: list[KillReport] = []
-        self._report = report
+        self._reports: Reports[KillReport] = Reports(f"kill {name}", log, report)
+        self.history = self._reports.history
         self._writers = writers
         self._child = child
         self._clock = clock or SystemClock()
         self._signals = [signal.Signals[n] for n in cfg.signals]
         self._asker = StopFileNotifier(name, cfg.ask_first.stop_file_config()) if cfg.ask_first else None
-        self._acted: dict[tuple[str, float], None] = {}
+        self._acted = Firings()
         self._tasks: dict[asyncio.Task[None], _Job] = {}
         self._closed = False
 
@@ -241,7 +241,7 @@ class KillNotifier:
             if key in self._acted:
                 log.info("kill %s: already acted on %s (%s), nothing to do", self.name, alert.rule, key[0])
                 continue
-            self._remember(key)
+            self._acted.add(key)
             try:
                 await self._act(alert)
             except Exception as e:  # a bug or an unreadable /proc: not worth a retry
@@ -269,11 +269,6 @@ class KillNotifier:
         """Wait until every running escalation has ended (tests and orderly shutdown)."""
         while pending := [t for t in self._tasks if not t.done()]:
             await asyncio.wait(pending)
-
-    def _remember(self, key: tuple[str, float]) -> None:
-        self._acted[key] = None
-        while len(self._acted) > _ACTED_MAX:
-            del self._acted[next(iter(self._acted))]
 
     # -- finding the targets ---------------------------------------------------------------------
 
@@ -562,14 +557,7 @@ class KillNotifier:
             await asyncio.sleep(min(POLL, left))
 
     async def _emit(self, report: KillReport) -> None:
-        self.history.append(report)
-        log.log(logging.ERROR if report.refused else logging.WARNING, "%s", report.summary())
-        if self._report is None:
-            return
-        try:
-            await self._report(report)
-        except Exception:
-            log.exception("kill %s: the report callback failed", self.name)
+        await self._reports.emit(report)
 
 
 def _cancelled(sent: list[SentSignal]) -> str:

@@ -37,6 +37,7 @@ from typing import ClassVar
 
 from alertd.errors import NotifyError
 from alertd.model import Notification, Transition, TransitionKind, format_time
+from alertd.notify.acted import Firings, Reports
 from alertd.notify.config import SlurmNotifierConfig
 from alertd.notify.kill import SentSignal, WriterLookup
 from alertd.procfs import Procfs
@@ -52,7 +53,6 @@ SETTLE = 30.0
 MAX_SQUEUE = 256 << 20
 """Bytes of `squeue --json` output read at most."""
 CLOSE_WAIT = 5.0
-_ACTED_MAX = 10_000
 _ERR_TAIL = 300
 
 
@@ -116,12 +116,12 @@ class SlurmNotifier:
     ) -> None:
         self.name = name
         self.cfg = cfg
-        self.history: list[SlurmReport] = []
         self.hostname = hostname or socket.gethostname()
         self.procfs = Procfs(proc_root)
-        self._report = report
+        self._reports: Reports[SlurmReport] = Reports(f"slurm {name}", log, report)
+        self.history = self._reports.history
         self._writers = writers
-        self._acted: dict[tuple[str, float], None] = {}
+        self._acted = Firings()
         self._tasks: dict[asyncio.Task[None], SlurmReport] = {}
         self._closed = False
 
@@ -145,20 +145,20 @@ class SlurmNotifier:
                 base = replace(base, job=job, attributed=how)
                 found = await self._job(job)
             except _Refused as r:
-                self._remember(key)
+                self._acted.add(key)
                 await self._emit(replace(base, refused=str(r)))
                 continue
             if found.ended:
-                self._remember(key)
+                self._acted.add(key)
                 await self._emit(replace(base, refused=f"the job already ended ({found.state})", state=found.state))
                 continue
             if self.cfg.dry_run:
-                self._remember(key)
+                self._acted.add(key)
                 what = f"send {self.cfg.signal} to" if self.cfg.signal else "cancel"
                 await self._emit(replace(base, dry_run=True, state=found.state, note=f"{what} the {found.state} job"))
                 continue
             first = await self._scancel(job, self.cfg.signal)  # NotifyError (recoverable): retried, not remembered
-            self._remember(key)
+            self._acted.add(key)
             if first is not None:
                 await self._emit(replace(base, refused=first, state=found.state))
                 continue
@@ -330,17 +330,5 @@ class SlurmNotifier:
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task, None)
 
-    def _remember(self, key: tuple[str, float]) -> None:
-        self._acted[key] = None
-        while len(self._acted) > _ACTED_MAX:
-            del self._acted[next(iter(self._acted))]
-
     async def _emit(self, report: SlurmReport) -> None:
-        self.history.append(report)
-        log.log(logging.ERROR if report.refused else logging.WARNING, "%s", report.summary())
-        if self._report is None:
-            return
-        try:
-            await self._report(report)
-        except Exception:
-            log.exception("slurm %s: the report callback failed", self.name)
+        await self._reports.emit(report)

@@ -36,6 +36,7 @@ import httpx
 from alertd import __version__ as _version
 from alertd.errors import NotifyError
 from alertd.model import Notification, TransitionKind
+from alertd.notify.acted import Firings, Reports
 from alertd.notify.config import WandbStopConfig
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,6 @@ log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 MAX_ANSWER = 1 << 20
 """Bytes of an answer read at most; a longer answer is an error."""
-_ACTED_MAX = 10_000
 _RUN_PATH = re.compile(r"([^/\s]{1,128})/([^/\s]{1,128})/([^/\s]{1,128})")
 
 STOP_RUN_MUTATION = "\nmutation StopRun ($id: ID!) {\n\tstopRun(input: {id:$id}) {\n\t\tsuccess\n\t}\n}\n"
@@ -105,15 +105,15 @@ class WandbStopNotifier:
     ) -> None:
         self.name = name
         self.cfg = cfg
-        self.history: list[WandbStopReport] = []
-        self._report = report
+        self._reports: Reports[WandbStopReport] = Reports(f"wandb_stop {name}", log, report)
+        self.history = self._reports.history
         self._key = cfg.api_key.get_secret_value() if cfg.api_key else os.environ.get("WANDB_API_KEY", "")
         base = cfg.base_url or os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL
         self.url = base.rstrip("/") + "/graphql"
         self.host = httpx.URL(base).host
         self._own_client = client is None
         self._client = client or httpx.AsyncClient(timeout=cfg.timeout)
-        self._acted: dict[tuple[str, float], None] = {}
+        self._acted = Firings()
 
     def __repr__(self) -> str:
         return f"WandbStopNotifier(name={self.name!r}, url={self.url!r})"
@@ -136,10 +136,10 @@ class WandbStopNotifier:
             try:
                 state = await self._stop(run)
             except _Refused as r:
-                self._remember(key)
+                self._acted.add(key)
                 await self._emit(replace(base, refused=str(r)))
                 continue
-            self._remember(key)
+            self._acted.add(key)
             await self._emit(replace(base, stopped=True, state=state))
 
     async def _stop(self, run: str) -> str:
@@ -216,17 +216,5 @@ class WandbStopNotifier:
     def _redact(self, text: str) -> str:
         return text.replace(self._key, "***") if self._key else text
 
-    def _remember(self, key: tuple[str, float]) -> None:
-        self._acted[key] = None
-        while len(self._acted) > _ACTED_MAX:
-            del self._acted[next(iter(self._acted))]
-
     async def _emit(self, report: WandbStopReport) -> None:
-        self.history.append(report)
-        log.log(logging.ERROR if report.refused else logging.WARNING, "%s", report.summary())
-        if self._report is None:
-            return
-        try:
-            await self._report(report)
-        except Exception:
-            log.exception("wandb_stop %s: the report callback failed", self.name)
+        await self._reports.emit(report)
