@@ -33,8 +33,9 @@ run: venv-run
 	$(VENV)/bin/alertd --rules $(RULES)
 
 # Debian packages the tests run for real: prometheus-alertmanager (the forwarder's tests) and slurm-wlm + munge
-# (a single-node Slurm for the slurm source and notifier), chromium (the web pages' browser tests).
-SYSTEM_DEPS := prometheus-alertmanager:prometheus-alertmanager slurmctld:slurm-wlm munged:munge chromium:chromium
+# (a single-node Slurm for the slurm source and notifier), chromium (the web pages' browser tests), prometheus
+# (scraping alertd, and the prometheus source's tests).
+SYSTEM_DEPS := prometheus-alertmanager:prometheus-alertmanager slurmctld:slurm-wlm munged:munge chromium:chromium prometheus:prometheus
 system-deps:
 	@missing=""; for dep in $(SYSTEM_DEPS); do \
 	  bin=$${dep%%:*}; pkg=$${dep##*:}; \
