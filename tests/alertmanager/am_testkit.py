@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import threading
 import time
@@ -34,6 +35,7 @@ class Recorder:
     headers: dict[str, str] = field(default_factory=dict)
     delay_first: float = 0.0
     requests: list[tuple[str, Any]] = field(default_factory=list)
+    headers_seen: list[dict[str, str]] = field(default_factory=list)
     port: int = 0
     cond: threading.Condition = field(default_factory=threading.Condition)
 
@@ -57,6 +59,7 @@ def _handler(rec: Recorder) -> type[BaseHTTPRequestHandler]:
             time.sleep(first)  # a slow first answer; what arrives meanwhile is recorded before it
             with rec.cond:
                 rec.requests.append((self.path, json.loads(raw or b"null")))
+                rec.headers_seen.append({k.lower(): v for k, v in self.headers.items()})
                 rec.cond.notify_all()
             data = rec.reply.encode()
             self.send_response(rec.status)
@@ -72,18 +75,27 @@ def _handler(rec: Recorder) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@pytest.fixture
-def recorder() -> Iterator[Recorder]:
-    """A recording HTTP server on 127.0.0.1: Alertmanager's webhook receiver, or a stub answering errors."""
+@contextlib.contextmanager
+def recording_server() -> Iterator[Recorder]:
+    """A recording HTTP server on 127.0.0.1, stopped on leaving."""
     rec = Recorder()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(rec))
     rec.port = server.server_address[1]
     t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
-    yield rec
-    server.shutdown()
-    server.server_close()
-    t.join()
+    try:
+        yield rec
+    finally:
+        server.shutdown()
+        server.server_close()
+        t.join()
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    """A recording HTTP server on 127.0.0.1: Alertmanager's webhook receiver, or a stub answering errors."""
+    with recording_server() as rec:
+        yield rec
 
 
 @dataclass
@@ -92,12 +104,18 @@ class Alertmanager:
 
     url: str
     webhook: Recorder
+    verify: ssl.SSLContext | bool = True
+    auth: tuple[str, str] | None = None
+
+    def get(self, path: str) -> httpx.Response:
+        """GET `path` (below the prefix) with the credentials and CA the test started it with."""
+        resp = httpx.get(f"{self.url}{path}", timeout=5, verify=self.verify, auth=self.auth)
+        resp.raise_for_status()
+        return resp
 
     def alerts(self) -> list[dict[str, Any]]:
         """GET /api/v2/alerts: the alerts Alertmanager holds as not resolved."""
-        resp = httpx.get(f"{self.url}/api/v2/alerts", timeout=5)
-        resp.raise_for_status()
-        result: list[dict[str, Any]] = resp.json()
+        result: list[dict[str, Any]] = self.get("/api/v2/alerts").json()
         return result
 
 
@@ -124,9 +142,8 @@ def alertmanager(tmp_path: Path, recorder: Recorder) -> Iterator[Alertmanager]:
         yield am
 
 
-@contextlib.contextmanager
-def running_alertmanager(tmp_path: Path, recorder: Recorder, config: str, *args: str) -> Iterator[Alertmanager]:
-    """Debian's prometheus-alertmanager with this configuration (and extra command-line `args`)."""
+def am_binary() -> str:
+    """Debian's prometheus-alertmanager (or ALERTMANAGER_BIN); the test fails with the install line if missing."""
     binary = shutil.which(AM_BINARY) or shutil.which("alertmanager")
     if binary is None:
         pytest.fail(
@@ -134,20 +151,42 @@ def running_alertmanager(tmp_path: Path, recorder: Recorder, config: str, *args:
             "`apt-get install prometheus-alertmanager` (or set ALERTMANAGER_BIN)",
             pytrace=False,
         )
+    return binary
+
+
+@contextlib.contextmanager
+def running_alertmanager(
+    tmp_path: Path,
+    recorder: Recorder,
+    config: str,
+    *args: str,
+    scheme: str = "http",
+    prefix: str = "",
+    verify: ssl.SSLContext | bool = True,
+    auth: tuple[str, str] | None = None,
+) -> Iterator[Alertmanager]:
+    """Debian's prometheus-alertmanager with this configuration (and extra command-line `args`), alone (no
+    cluster). `scheme`, `prefix`, `verify` and `auth`: how it is served (`--web.config.file`,
+    `--web.external-url` in `args`), for the readiness check and `Alertmanager.get`."""
     cfg = tmp_path / "alertmanager.yml"
     cfg.write_text(config)
     port = free_port()
-    log_path = tmp_path / "alertmanager.log"
+    argv = [f"--config.file={cfg}", f"--storage.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=", "--log.level=warn", *args]  # fmt: skip
+    am = Alertmanager(f"{scheme}://127.0.0.1:{port}{prefix}", recorder, verify, auth)
+    with alertmanager_process(argv, tmp_path / "alertmanager.log", am):
+        yield am
+
+
+@contextlib.contextmanager
+def alertmanager_process(argv: list[str], log_path: Path, am: Alertmanager) -> Iterator[subprocess.Popen[bytes]]:
+    """prometheus-alertmanager with exactly these arguments, ready (`/-/ready` answers 200 at `am.url`) on
+    entering, stopped on leaving."""
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [binary, f"--config.file={cfg}", f"--storage.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn", *args],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen([am_binary(), *argv], stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_ready(url, proc, log_path)
-        yield Alertmanager(url, recorder)
+        _wait_ready(am, proc, log_path)
+        yield proc
     finally:
         proc.terminate()
         try:
@@ -157,13 +196,13 @@ def running_alertmanager(tmp_path: Path, recorder: Recorder, config: str, *args:
             proc.wait()
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+def _wait_ready(am: Alertmanager, proc: subprocess.Popen[bytes], log_path: Path) -> None:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             pytest.fail(f"alertmanager exited with {proc.returncode}:\n{log_path.read_text()}", pytrace=False)
         try:
-            if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+            if httpx.get(f"{am.url}/-/ready", timeout=1, verify=am.verify, auth=am.auth).status_code == 200:
                 return
         except httpx.TransportError:
             pass

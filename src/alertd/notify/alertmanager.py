@@ -8,6 +8,12 @@ It behaves as Prometheus does towards Alertmanager:
 - A resolved alert is posted once with `endsAt` = the resolution time, then forgotten.
 - An alert's identity in Alertmanager is its label set, so several alertd nodes posting the same alert make
   one alert there, and Alertmanager's own HA cluster de-duplicates the notifications.
+- Every post (resends too) goes to every peer of `urls` at once, and counts as delivered when at least
+  one peer took it (Prometheus' `sendAll`); each peer's failure is logged. Only when no peer took it is
+  it an error: retryable when a retry can help at one of them.
+
+Secrets (basic auth, bearer token, credentials in a URL) are never logged: errors name a peer by its
+scheme, host and port only, and what a peer answers is cleaned of them before it is shown.
 
 Pending alerts are not posted (Prometheus posts only firing ones). Label and annotation names that
 Alertmanager would refuse (`gpu.uuid`) have their other characters replaced by `_`.
@@ -18,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +49,7 @@ BATCH = 500
 """Alerts per POST on resend."""
 
 _BAD_NAME_CHAR = re.compile(r"[^A-Za-z0-9_]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def label_name(name: str) -> str:
@@ -65,8 +73,16 @@ class _Firing:
     start: float
 
 
+@dataclass(frozen=True, slots=True)
+class _Peer:
+    """One Alertmanager: where alerts are posted, and how errors name it."""
+
+    endpoint: httpx.URL
+    where: str
+
+
 class AlertmanagerNotifier:
-    """Posts each notification's alerts to Alertmanager and keeps re-sending the firing ones."""
+    """Posts each notification's alerts to every Alertmanager peer and keeps re-sending the firing ones."""
 
     def __init__(
         self,
@@ -78,17 +94,52 @@ class AlertmanagerNotifier:
     ) -> None:
         self.name = name
         self.cfg = cfg
-        base = httpx.URL(cfg.url)
-        if base.scheme not in ("http", "https") or not base.host:
-            raise ValueError(f"alertmanager notifier {name!r}: url must be http(s)://host[:port][/prefix]")
-        self.endpoint = base.copy_with(path=base.path.rstrip("/") + "/api/v2/alerts")
-        self.where = f"alertmanager notifier {name!r} ({redacted_url(base)})"
+        self.peers = [self._peer(url) for url in cfg.peers]
+        if not self.peers:
+            raise ValueError(f"alertmanager notifier {name!r}: give url or urls")
+        self.where = self.peers[0].where if len(self.peers) == 1 else f"alertmanager notifier {name!r}"
+        self._secrets = self._secret_values()
+        self._auth: httpx.Auth | None = None
+        self._headers: dict[str, str] = {}
+        if cfg.basic_auth is not None:
+            self._auth = httpx.BasicAuth(cfg.basic_auth.username, cfg.basic_auth.password.get_secret_value())
+        if cfg.bearer_token is not None:
+            self._headers["Authorization"] = f"Bearer {cfg.bearer_token.get_secret_value()}"
         self._own_client = client is None
-        self._client = client or httpx.AsyncClient(timeout=cfg.timeout)
+        if client is None:
+            verify: ssl.SSLContext | bool = cfg.tls.ssl_context() if cfg.tls is not None else True
+            client = httpx.AsyncClient(timeout=cfg.timeout, verify=verify, follow_redirects=False)
+        self._client = client
         self._clock = clock or SystemClock()
         self._firing: dict[str, _Firing] = {}
         self._resolved: dict[str, float] = {}
         self._lock = asyncio.Lock()  # one post at a time: a resend must not overtake a resolution
+
+    def _peer(self, url: str) -> _Peer:
+        base = httpx.URL(url)
+        if base.scheme not in ("http", "https") or not base.host:
+            raise ValueError(f"alertmanager notifier {self.name!r}: url must be http(s)://host[:port][/prefix]")
+        path = base.path.rstrip("/") + self.cfg.path_prefix + "/api/v2/alerts"
+        where = f"alertmanager notifier {self.name!r} ({redacted_url(base)})"
+        return _Peer(base.copy_with(path=path, query=None, fragment=None), where)
+
+    def _secret_values(self) -> list[str]:
+        """Every secret this notifier holds, longest first, for cleaning what a peer answers."""
+        out = []
+        if self.cfg.basic_auth is not None:
+            out.append(self.cfg.basic_auth.password.get_secret_value())
+        if self.cfg.bearer_token is not None:
+            out.append(self.cfg.bearer_token.get_secret_value())
+        for url in self.cfg.peers:
+            parsed = httpx.URL(url)
+            out += [parsed.password, parsed.username, url]
+        return sorted({s for s in out if s}, key=len, reverse=True)
+
+    def _clean(self, text: str) -> str:
+        """`text` with every secret replaced by `…` and control characters by spaces, at most 500 characters."""
+        for secret in self._secrets:
+            text = text.replace(secret, "…")
+        return _CONTROL.sub(" ", text)[:500]
 
     @property
     def firing(self) -> frozenset[str]:
@@ -156,20 +207,70 @@ class AlertmanagerNotifier:
         return body
 
     async def _post(self, alerts: Sequence[dict[str, Any]]) -> None:
-        try:
-            resp = await self._client.post(self.endpoint, json=list(alerts), timeout=self.cfg.timeout)
-        except httpx.TimeoutException as exc:
-            raise NotifyError(f"{self.where}: timed out ({type(exc).__name__})", recoverable=True) from None
-        except httpx.TransportError as exc:
-            raise NotifyError(f"{self.where}: cannot connect ({exc})", recoverable=True) from None
-        if resp.is_success:
-            log.debug("%s: posted %d alert(s)", self.where, len(alerts))
+        """Post to every peer at once; raise `NotifyError` only when none of them took the alerts."""
+        body = list(alerts)
+        errors = [e for e in await asyncio.gather(*(self._post_one(p, body) for p in self.peers)) if e is not None]
+        if not errors:
+            log.debug("%s: posted %d alert(s) to %d peer(s)", self.where, len(body), len(self.peers))
             return
-        text = resp.text.strip().strip('"')[:500]
-        message = f"{self.where} answered {resp.status_code}: {text}"
+        if len(errors) < len(self.peers):
+            took = len(self.peers) - len(errors)
+            for err in errors:
+                log.warning("%s (%d of %d peers took the %d alert(s))", err, took, len(self.peers), len(body))
+            return
+        if len(errors) == 1:
+            raise errors[0]
+        hints = [e.retry_after for e in errors if e.recoverable and e.retry_after is not None]
+        raise NotifyError(
+            f"{self.where}: no peer took the alerts: " + "; ".join(str(e) for e in errors),
+            recoverable=any(e.recoverable for e in errors),
+            retry_after=max(hints) if hints else None,
+        )
+
+    async def _post_one(self, peer: _Peer, alerts: list[dict[str, Any]]) -> NotifyError | None:
+        """Post to one peer: None when it took the alerts, else the error (never raised)."""
+        try:
+            resp = await self._client.post(
+                peer.endpoint,
+                json=alerts,
+                timeout=self.cfg.timeout,
+                auth=self._auth if self._auth is not None else httpx.USE_CLIENT_DEFAULT,
+                headers=self._headers,
+            )
+        except httpx.TimeoutException as exc:
+            return NotifyError(f"{peer.where}: timed out ({type(exc).__name__})", recoverable=True)
+        except (httpx.TransportError, OSError) as exc:  # ssl.SSLError too: httpx lets some through unwrapped
+            return self._transport_error(peer, exc)
+        if resp.is_success:
+            return None
+        text = self._clean(resp.text.strip().strip('"'))
+        message = f"{peer.where} answered {resp.status_code}: {text}"
+        if resp.status_code in (401, 403):
+            how = "basic_auth" if self.cfg.basic_auth else "bearer_token" if self.cfg.bearer_token else "no credentials"
+            return NotifyError(f"{message} (check the credentials: {how})", recoverable=False)
         if resp.status_code == 429 or resp.status_code >= 500:
-            raise NotifyError(message, recoverable=True, retry_after=_retry_after(resp))
-        raise NotifyError(message, recoverable=False)
+            return NotifyError(message, recoverable=True, retry_after=_retry_after(resp))
+        return NotifyError(message, recoverable=False)
+
+    def _transport_error(self, peer: _Peer, exc: Exception) -> NotifyError:
+        """A connection that failed: a certificate the peer's CA does not vouch for is not retried."""
+        chain: list[BaseException] = []
+        cause: BaseException | None = exc
+        while cause is not None and cause not in chain and len(chain) < 10:
+            chain.append(cause)
+            cause = cause.__cause__ or cause.__context__
+        tls = next((c for c in chain if isinstance(c, ssl.SSLError)), None)
+        if isinstance(tls, ssl.SSLCertVerificationError):
+            why = self._clean(tls.verify_message or tls.reason or "certificate verify failed")
+            return NotifyError(
+                f"{peer.where}: TLS error: the server's certificate is not trusted ({why}); check tls.ca_file",
+                recoverable=False,
+            )
+        if tls is not None:
+            return NotifyError(f"{peer.where}: TLS error ({self._clean(tls.reason or str(tls))})", recoverable=True)
+        said = next((c for c in chain if str(c)), chain[-1])
+        why = self._clean(f"{type(said).__name__}: {said}" if str(said) else type(said).__name__)
+        return NotifyError(f"{peer.where}: cannot connect ({why})", recoverable=True)
 
 
 def _retry_after(resp: httpx.Response) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import signal
+import ssl
 from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
@@ -305,15 +306,174 @@ class StopFileConfig(Strict):
         return parts
 
 
+class BasicAuthConfig(Strict):
+    """HTTP basic auth: `username` and `password` (or `password_file`, read at load)."""
+
+    model_config = ConfigDict(**Strict.model_config, hide_input_in_errors=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_files(cls, data: Any) -> Any:
+        return secrets_from_files(data, ("password",))
+
+    username: str = Field(min_length=1)
+    password: SecretStr
+
+    @field_validator("username")
+    @classmethod
+    def _no_colon(cls, username: str) -> str:
+        if ":" in username:
+            raise ValueError("username must not contain ':' (basic auth can't carry it)")
+        return username
+
+
+class TLSConfig(Strict):
+    """How to trust an https Alertmanager and prove who we are to it (Prometheus' `tls_config`).
+
+    `ca_file`: PEM certificates to trust instead of the system's; `cert_file` and `key_file` (both or
+    neither): a client certificate; `insecure_skip_verify`: trust any certificate (tests only). The
+    files are read at load, so `alertd check` tells a missing or bad one.
+    """
+
+    ca_file: str | None = Field(default=None, min_length=1)
+    cert_file: str | None = Field(default=None, min_length=1)
+    key_file: str | None = Field(default=None, min_length=1)
+    insecure_skip_verify: bool = False
+
+    @model_validator(mode="after")
+    def _loads(self) -> TLSConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("give cert_file and key_file together (a client certificate and its key)")
+        self.ssl_context()
+        return self
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A client context with these settings; ValueError naming the key of a file that can't be used."""
+        if self.ca_file is not None:
+            _check_readable(self.ca_file, "ca_file")
+            try:
+                ctx = ssl.create_default_context(cafile=self.ca_file)
+            except ssl.SSLError as exc:
+                raise ValueError(f"ca_file: {self.ca_file} holds no usable PEM certificate ({exc.reason})") from None
+        else:
+            ctx = ssl.create_default_context(cafile=_default_ca_file())
+        if self.cert_file is not None and self.key_file is not None:
+            _check_readable(self.cert_file, "cert_file")
+            _check_readable(self.key_file, "key_file")
+            try:
+                ctx.load_cert_chain(self.cert_file, self.key_file, password=lambda: b"")
+            except (ssl.SSLError, ValueError) as exc:
+                why = getattr(exc, "reason", None) or "not a PEM certificate and its unencrypted key"
+                raise ValueError(f"cert_file/key_file: {self.cert_file} and {self.key_file}: {why}") from None
+        if self.insecure_skip_verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+
+def _check_readable(path: str, key: str) -> None:
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{key}: cannot read {path}: {exc.strerror or type(exc).__name__}") from None
+
+
+def _default_ca_file() -> str | None:
+    """certifi's bundle, which httpx trusts by default, so that `tls:` without `ca_file` trusts the same."""
+    try:
+        import certifi
+    except ImportError:
+        return None
+    return str(certifi.where())
+
+
 class AlertmanagerConfig(Strict):
-    """Posts alerts to a Prometheus Alertmanager's /api/v2/alerts and re-sends firing ones."""
+    """Posts alerts to Prometheus Alertmanagers' /api/v2/alerts and re-sends firing ones.
+
+    `url` (one Alertmanager) or `urls` (every peer of an HA cluster, as Prometheus' `static_configs`):
+    each alert goes to every peer, and a post counts as delivered when one peer took it. `path_prefix`:
+    an Alertmanager served under a path (`/alertmanager`: the API is `/alertmanager/api/v2/alerts`).
+    `basic_auth: {username, password | password_file}` or `bearer_token | bearer_token_file` (secrets:
+    never logged), and `tls: {ca_file, cert_file, key_file, insecure_skip_verify}`.
+    """
+
+    model_config = ConfigDict(**Strict.model_config, hide_input_in_errors=True)
+    MAX_PEERS: ClassVar[int] = 32
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_files(cls, data: Any) -> Any:
+        return secrets_from_files(data, ("bearer_token",))
 
     type: Literal["alertmanager"]
-    url: str
+    url: str | None = None
+    """One Alertmanager."""
+    urls: list[str] | None = Field(default=None, min_length=1)
+    """Every Alertmanager peer of an HA cluster."""
+    path_prefix: str = ""
+    basic_auth: BasicAuthConfig | None = None
+    bearer_token: SecretStr | None = None
+    tls: TLSConfig | None = None
     resend_interval: Duration = 60.0
     timeout: Duration = 10.0
     generator_url: str | None = None
     """Sent as each alert's `generatorURL` (a link back to this alertd), if set."""
+
+    @property
+    def peers(self) -> list[str]:
+        """`urls`, or `[url]`."""
+        return list(self.urls) if self.urls is not None else [self.url] if self.url is not None else []
+
+    @field_validator("path_prefix")
+    @classmethod
+    def _prefix(cls, prefix: str) -> str:
+        if prefix and not re.fullmatch(r"(/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)+/?", prefix):
+            raise ValueError("path_prefix must be a path such as /alertmanager (no query, no '..')")
+        if any(part in (".", "..") for part in prefix.split("/")):
+            raise ValueError("path_prefix must not hold '.' or '..' parts")
+        return prefix.rstrip("/")
+
+    @model_validator(mode="after")
+    def _check(self) -> AlertmanagerConfig:
+        if self.url is not None and self.urls is not None:
+            raise ValueError("give url (one Alertmanager) or urls (every peer of the cluster), not both")
+        if self.url is None and self.urls is None:
+            raise ValueError("give url (one Alertmanager) or urls (every peer of the cluster)")
+        if len(self.peers) > self.MAX_PEERS:
+            raise ValueError(f"urls: at most {self.MAX_PEERS} peers")
+        seen: set[tuple[str, str, int | None, str]] = set()
+        userinfo = False
+        for i, url in enumerate(self.peers):
+            where = "url" if self.urls is None else f"urls[{i}]"
+            parts = urlsplit(url)
+            try:
+                port = parts.port
+            except ValueError:
+                raise ValueError(f"{where}: the port is not a number from 1 to 65535") from None
+            if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+                raise ValueError(f"{where} must be http(s)://host[:port][/prefix]")
+            if parts.query or parts.fragment:
+                raise ValueError(f"{where} must not have a query or a fragment (alertd adds /api/v2/alerts)")
+            if parts.path.strip("/") and self.path_prefix:
+                raise ValueError(f"{where} has a path and path_prefix is set: give the prefix in one place")
+            userinfo = userinfo or bool(parts.username or parts.password)
+            key = (parts.scheme, parts.hostname.lower(), port, parts.path.rstrip("/"))
+            if key in seen:
+                raise ValueError(f"{where}: the same Alertmanager is listed twice")
+            seen.add(key)
+        given = [k for k in ("basic_auth", "bearer_token") if getattr(self, k) is not None]
+        if userinfo:
+            given.append("credentials in a url")
+        if len(given) > 1:
+            raise ValueError(f"give one way to authenticate, not {' and '.join(given)}")
+        if self.tls is not None and not any(u.startswith("https://") for u in self.peers):
+            raise ValueError("tls is set but no url is https://")
+        if self.timeout <= 0:
+            raise ValueError("timeout must be more than 0s")
+        if self.resend_interval <= 0:
+            raise ValueError("resend_interval must be more than 0s")
+        return self
 
 
 class ExecConfig(Strict):
