@@ -36,6 +36,7 @@ from alertd.errors import NotifyError
 from alertd.model import Notification, Transition, TransitionKind, format_time
 from alertd.notify.config import AlertmanagerConfig
 from alertd.notify.render import alert_line, value_text
+from alertd.promnames import label_name
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +49,7 @@ RESOLVED_MEMORY = 15 * 60.0
 BATCH = 500
 """Alerts per POST on resend."""
 
-_BAD_NAME_CHAR = re.compile(r"[^A-Za-z0-9_]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def label_name(name: str) -> str:
-    """A name Alertmanager accepts (`[A-Za-z_][A-Za-z0-9_]*`): other characters become `_`."""
-    clean = _BAD_NAME_CHAR.sub("_", name)
-    return clean if clean and not clean[0].isdigit() else "_" + clean
 
 
 def redacted_url(url: httpx.URL) -> str:
