@@ -323,6 +323,28 @@ def naive(data: list[Sample]) -> list[tuple[float, str, int, float]]:
     return sorted(out)
 
 
+def test_a_for_that_ends_at_the_time_of_a_waiting_step_gives_one_answer_however_samples_arrive() -> None:
+    """Found by the property below: `held` (for: 20s) pending since t=6; eval/loss's step 5 comes at t=26 and
+    waits for train/loss's (t=27). Sample by sample, the alert used to go through t=26 first and fire; in one
+    batch, step 5 (judged at t=26) came first. A sample goes before a time-based change at the same instant
+    (as for every rule): the waiting step's instant is not passed before it is judged."""
+    spec = [
+        ("a", "train/loss", 0, 1, 0.0),
+        ("a", "train/loss", 1, 1, 0.0),
+        ("a", "train/loss", 1, 1, math.nan),
+        ("a", "train/loss", 2, 1, 0.0),
+        ("a", "eval/loss", 1, 1, 3.0),
+        ("a", "eval/loss", 1, 1, 0.0),
+        ("a", "eval/loss", 3, 20, 0.0),
+        ("a", "train/loss", 1, 1, 0.0),
+    ]
+    data = build(spec)
+    one_by_one = replayed(PROPERTY_RULES, [[s] for s in data], 27.0)
+    assert replayed(PROPERTY_RULES, [data], 27.0) == one_by_one
+    held = [(t[0], t[2], t[3]) for t in one_by_one if t[1] == "held"]
+    assert held == [(6.0, "pending", 2), (26.0, "inactive", 5)]
+
+
 @settings(max_examples=150, deadline=None)
 @given(spec=stream, cuts=st.lists(st.integers(0, 60), max_size=6), tail=st.integers(0, 100))
 def test_batched_or_sample_by_sample_the_transitions_are_the_naive_joins(spec, cuts, tail) -> None:  # type: ignore[no-untyped-def]

@@ -260,18 +260,18 @@ class _Run:
             return None
         self._tracks_w()[pair] = tr
         self.written.add(pair)
-        self._settle(rule, pair, tr, None, _horizon(members, last, finished, now))
+        self._settle(rule, pair, tr, None, *_horizon(members, last, finished, now))
         return pair
 
-    def _expr_horizon(self, expr: Expr, pair: PairKey, now: float) -> float:
+    def _expr_horizon(self, expr: Expr, pair: PairKey, now: float) -> tuple[float, bool]:
         """`_horizon` for the alert of an expr rule on the run of `pair`."""
         joined = self.joins.get((pair[0], pair[1].labels))
         keys = resolved(expr, joined, pair[1].labels) if joined is not None else None
         if not isinstance(keys, list):
-            return now
+            return now, True
         series = [self.buffer.get(k) for k in keys]
         if None in series:
-            return now
+            return now, True
         assert joined is not None
         finished = any(self.buffer.finished_at(k) is not None for k in keys)
         return _horizon(series, joined.last, finished, now)  # type: ignore[arg-type]
@@ -292,21 +292,24 @@ class _Run:
     def finish(self, pair: PairKey, now: float) -> None:
         """Apply the time-based changes of a pair without new samples up to `now`."""
         rule = self.ruleset.by_name[pair[0]]
+        inclusive = True
         if rule.expr is not None:
-            now = self._expr_horizon(rule.expr, pair, now)
+            now, inclusive = self._expr_horizon(rule.expr, pair, now)
         tr = self.tracks[pair]
         if tr is self.prev.tracks.get(pair):
             tr = self._tracks_w()[pair] = tr.copy()
             self.written.add(pair)
         self._rule, self._key = rule, pair[1]
-        self._settle(rule, pair, tr, self.buffer.finished_at(pair[1]) if rule.absent else None, now)
+        self._settle(rule, pair, tr, self.buffer.finished_at(pair[1]) if rule.absent else None, now, inclusive)
 
-    def _settle(self, rule: Rule, pair: PairKey, tr: Track, finished_at: float | None, now: float) -> None:
+    def _settle(
+        self, rule: Rule, pair: PairKey, tr: Track, finished_at: float | None, now: float, inclusive: bool = True
+    ) -> None:
         if rule.absent is None and tr.state is AlertState.INACTIVE:
             if pair in self.timers:
                 del self._timers_w()[pair]
             return
-        advance(rule, tr, now, finished_at, self.emit, inclusive=True)
+        advance(rule, tr, now, finished_at, self.emit, inclusive=inclusive)
         due = next_event(rule, tr, finished_at)
         if due is None:
             if pair in self.timers:
@@ -434,15 +437,17 @@ def find_joins(ruleset: RuleSet, buffer: SeriesBuffer, tracks: Mapping[PairKey, 
     return joins
 
 
-def _horizon(members: list[Series], last: int, finished: bool, now: float) -> float:
-    """How far through time the alert of an expr rule may go: up to its first series' first sample after
-    step `last` (waiting for the other series: the next step it judges can't be earlier), else up to `now`
+def _horizon(members: list[Series], last: int, finished: bool, now: float) -> tuple[float, bool]:
+    """How far through time the alert of an expr rule may go, and whether that instant itself is included:
+    up to its first series' first sample after step `last`, that instant excluded (waiting for the other
+    series: the next step it judges can't be earlier, and is judged at that sample's time, where a sample
+    goes before a time-based change at the same instant, as for every rule), else up to `now` included
     (as every rule: the samples still to come are taken to be no older than `now`)."""
     first = members[0]
     j = next_index(first, last)
-    if finished or j >= len(first.times):
-        return now
-    return min(now, first.times[j])
+    if finished or j >= len(first.times) or first.times[j] > now:
+        return now, True
+    return first.times[j], False
 
 
 def _drop_unknown_rules(run: _Run, ruleset: RuleSet) -> bool:
