@@ -11,6 +11,8 @@ import contextlib
 import logging
 import re
 import shlex
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +97,50 @@ async def test_no_peer_taking_the_alerts_is_an_error_naming_each() -> None:
         assert not err.value.recoverable
         cleaned = "bad request from Bearer …  [31m"  # the token and the control characters are gone
         assert str(err.value) == f"alertmanager notifier 'am' ({hostile.url}) answered 400: {cleaned}"
+
+
+@contextlib.contextmanager
+def _hostile_peer(pause: float, chunk: int) -> Iterator[str]:
+    """A peer that answers 500 with a body of 1 GB it never ends: `chunk` bytes at a time, `pause` apart."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 500 Oops\r\nContent-Length: 1000000000\r\n\r\n")
+            try:
+                while not stop.wait(pause):
+                    conn.sendall(b"A" * chunk)
+            except OSError:
+                pass  # the notifier hung up
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        server.close()
+        t.join(5)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("pause", "chunk", "said"),
+    [(0.0, 65536, " answered 500: " + "A" * 500), (0.2, 16, ": timed out (TimeoutError)")],  # flood, trickle
+)
+async def test_a_peer_answering_without_end_is_cut_off(pause: float, chunk: int, said: str) -> None:
+    with _hostile_peer(pause, chunk) as url:
+        notifier = _notifier(url, timeout="1s")
+        started = time.monotonic()
+        with pytest.raises(NotifyError) as err:
+            await notifier.send(_notification())
+        await notifier.aclose()
+    assert time.monotonic() - started < 3
+    assert str(err.value) == f"alertmanager notifier 'am' ({url}){said}"  # the first 4 KiB read, 500 shown
+    assert err.value.recoverable
 
 
 # -- two alertd nodes, two Alertmanager peers, the files of deploy/multinode/ ----------------------------------

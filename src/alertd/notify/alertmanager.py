@@ -49,6 +49,9 @@ RESOLVED_MEMORY = 15 * 60.0
 BATCH = 500
 """Alerts per POST on resend."""
 
+MAX_ANSWER = 4096
+"""The most bytes of a peer's answer that are read (for its error message)."""
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -223,21 +226,21 @@ class AlertmanagerNotifier:
 
     async def _post_one(self, peer: _Peer, alerts: list[dict[str, Any]]) -> NotifyError | None:
         """Post to one peer: None when it took the alerts, else the error (never raised)."""
+        auth = self._auth if self._auth is not None else httpx.USE_CLIENT_DEFAULT
         try:
-            resp = await self._client.post(
-                peer.endpoint,
-                json=alerts,
-                timeout=self.cfg.timeout,
-                auth=self._auth if self._auth is not None else httpx.USE_CLIENT_DEFAULT,
-                headers=self._headers,
-            )
-        except httpx.TimeoutException as exc:
+            async with asyncio.timeout(self.cfg.timeout):  # in all: a peer that trickles its answer is cut off too
+                request = self._client.stream(
+                    "POST", peer.endpoint, json=alerts, timeout=self.cfg.timeout, auth=auth, headers=self._headers
+                )
+                async with request as resp:
+                    answer = await _read_at_most(resp, MAX_ANSWER)
+        except (TimeoutError, httpx.TimeoutException) as exc:
             return NotifyError(f"{peer.where}: timed out ({type(exc).__name__})", recoverable=True)
         except (httpx.TransportError, OSError) as exc:  # ssl.SSLError too: httpx lets some through unwrapped
             return self._transport_error(peer, exc)
         if resp.is_success:
             return None
-        text = self._clean(resp.text.strip().strip('"'))
+        text = self._clean(answer.strip().strip('"'))
         message = f"{peer.where} answered {resp.status_code}: {text}"
         if resp.status_code in (401, 403):
             how = "basic_auth" if self.cfg.basic_auth else "bearer_token" if self.cfg.bearer_token else "no credentials"
@@ -265,6 +268,16 @@ class AlertmanagerNotifier:
         said = next((c for c in chain if str(c)), chain[-1])
         why = self._clean(f"{type(said).__name__}: {said}" if str(said) else type(said).__name__)
         return NotifyError(f"{peer.where}: cannot connect ({why})", recoverable=True)
+
+
+async def _read_at_most(resp: httpx.Response, limit: int) -> str:
+    """The first `limit` bytes of the answer's body, as text (the rest is never read)."""
+    data = bytearray()
+    async for chunk in resp.aiter_bytes():
+        data += chunk
+        if len(data) >= limit:
+            break
+    return bytes(data[:limit]).decode(resp.encoding or "utf-8", errors="replace")
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
