@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import ssl
 from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -209,6 +212,149 @@ class SlurmConfig(SourceConfigBase):
     max_jobs: int = Field(default=10_000, ge=1)
 
 
+_PROM_LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class PrometheusQuery(Strict):
+    """One PromQL expression, run as an instant query each interval; each element of its answer is a sample.
+
+    The metric is `metric`, else the element's `__name__` (an expression such as `rate(x[5m])` or
+    `avg by (job) (...)` drops the name: give `metric` then). `labels` are added to every sample of the
+    query (over the answer's own labels of the same name): `{run: llama-70b}` ties a job's GPUs to a run.
+    An answer of more than `max_series` series fails the query.
+    """
+
+    query: str = Field(min_length=1, max_length=64 * 1024)
+    metric: str | None = Field(default=None, min_length=1, max_length=256, pattern=r"^\S+$")
+    labels: dict[str, str] = Field(default_factory=dict)
+    max_series: int = Field(default=10_000, ge=1, le=1_000_000)
+
+    @field_validator("labels")
+    @classmethod
+    def _label_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not _PROM_LABEL.match(name) or name.startswith("__"):
+                raise ValueError(f"label name {name!r}: expected letters, digits and _ (not starting with __)")
+            if name == "source":
+                raise ValueError("label source is the source's name: it cannot be set")
+            if not text:
+                raise ValueError(f"label {name}: the value is empty")
+        return value
+
+
+class PrometheusBasicAuth(Strict):
+    """HTTP basic auth, as Prometheus' clients take it: `username` and `password` or `password_file`."""
+
+    username: str = Field(min_length=1)
+    password: SecretStr
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_files(cls, data: Any) -> Any:
+        return secrets_from_files(data, ("password",))
+
+
+class PrometheusTls(Strict):
+    """TLS towards the server, as Prometheus' `tls_config`: a CA to trust (else the system's), a client
+    certificate and key, `insecure_skip_verify`, and `server_name` (the name the certificate must carry and
+    the SNI sent, when the URL's host is not it). Files are read when the rules are loaded (a renewed file is
+    read again when the source is made anew: a restart, or a change to its entry)."""
+
+    ca_file: str | None = Field(default=None, min_length=1)
+    cert_file: str | None = Field(default=None, min_length=1)
+    key_file: str | None = Field(default=None, min_length=1)
+    insecure_skip_verify: bool = False
+    server_name: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _files(self) -> PrometheusTls:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("give cert_file and key_file together (a client certificate and its key)")
+        self.context()  # every file readable and of the right kind, now rather than at the first poll
+        return self
+
+    def context(self) -> ssl.SSLContext:
+        """The client's SSL context (reads the files). ValueError names the key and the file."""
+        ctx = ssl.create_default_context()
+        if self.ca_file is not None:
+            try:
+                ctx.load_verify_locations(cafile=self.ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise ValueError(f"ca_file: cannot use {self.ca_file}: {_why(exc)}") from None
+        if self.cert_file is not None and self.key_file is not None:
+            try:
+                ctx.load_cert_chain(self.cert_file, self.key_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise ValueError(
+                    f"cert_file/key_file: cannot use {self.cert_file} with {self.key_file}: {_why(exc)}"
+                ) from None
+        if self.insecure_skip_verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+
+def _why(exc: OSError | ssl.SSLError) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return str(exc.reason or exc)
+    return exc.strerror or type(exc).__name__
+
+
+class PrometheusConfig(SourceConfigBase):
+    """Runs PromQL instant queries against a Prometheus server (`GET/POST /api/v1/query`) each interval.
+
+    Auth and TLS as Prometheus' own clients take them: `basic_auth` (`password` or `password_file`), or
+    `bearer_token` / `bearer_token_file`; `tls`. Neither secret is ever logged or put in an error.
+    """
+
+    SECRET_FIELDS: ClassVar[tuple[str, ...]] = ("bearer_token",)
+
+    type: Literal["prometheus"]
+    interval: Duration = Field(default=15.0, gt=0)
+    url: str
+    """The server (`http://prometheus:9090`, or with the path prefix it is served under)."""
+    queries: list[PrometheusQuery] = Field(min_length=1, max_length=1000)
+    basic_auth: PrometheusBasicAuth | None = None
+    bearer_token: SecretStr | None = None
+    tls: PrometheusTls | None = None
+    timeout: Duration = Field(default=10.0, gt=0)
+    """The longest a query may take, answer read included (also sent to Prometheus as its `timeout`)."""
+    max_answer: int = Field(default=16 << 20, ge=1024)
+    """The most bytes one query's answer may have (decompressed); a longer one fails the query."""
+    max_retries: int = Field(default=2, ge=0, le=20)
+    """Retries of one query within a poll on 429, 5xx or a refused connection."""
+    max_retry_wait: Duration = 10.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_files(cls, data: Any) -> Any:
+        return secrets_from_files(data, cls.SECRET_FIELDS)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises on a bad port
+        except ValueError:
+            raise ValueError("not a URL (expected http://host:9090 or https://...)") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("expected http://host:port or https://host:port")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("no user or password in the URL: use basic_auth (password_file)")
+        if parts.query or parts.fragment:
+            raise ValueError("no query or fragment: the server's address, with its path prefix if it has one")
+        return value
+
+    @model_validator(mode="after")
+    def _auth(self) -> PrometheusConfig:
+        if self.basic_auth is not None and self.bearer_token is not None:
+            raise ValueError("give basic_auth or bearer_token, not both")
+        if self.tls is not None and urlsplit(self.url).scheme != "https":
+            raise ValueError("tls is set but the url is not https://")
+        return self
+
+
 SourceConfig = (
     TensorBoardConfig
     | NvmlConfig
@@ -219,4 +365,5 @@ SourceConfig = (
     | CsvConfig
     | MlflowConfig
     | SlurmConfig
+    | PrometheusConfig
 )

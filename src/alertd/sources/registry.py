@@ -21,6 +21,7 @@ SOURCES: dict[str, str] = {
     "csv": "alertd.sources.csvfile:CsvSource",
     "mlflow": "alertd.sources.mlflow:MlflowSource",
     "slurm": "alertd.sources.slurm:SlurmSource",
+    "prometheus": "alertd.sources.prometheus:PrometheusSource",
 }
 
 REPLAYABLE = ("tensorboard", "wandb_dir", "wandb", "samples", "textlog", "csv", "mlflow")
