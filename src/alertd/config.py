@@ -268,6 +268,33 @@ class DeliveryConfig(Strict):
     """The longest a receiver's Retry-After (a 429 or 503) may hold a notification."""
 
 
+class ExportConfig(Strict):
+    """`export:`: the buffered series whose newest value `/metrics` shows, one gauge each (default: none)."""
+
+    metrics: Annotated[list[Annotated[str, Field(min_length=1, max_length=1000)]], BeforeValidator(_listify)] = Field(
+        default_factory=list, max_length=100
+    )
+    """Names or globs (`*loss`, `gpu.*`) of the metrics to export."""
+    max_series: int = Field(default=10_000, ge=1, le=1_000_000)
+    """The most series one scrape shows; the rest are counted in `alertd_export_dropped_series`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mapping(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping | cls):
+            raise ValueError('expected a mapping such as {metrics: ["*loss", "gpu.*"], max_series: 10000}')
+        return value
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _globs(cls, value: Any) -> Any:
+        if not isinstance(value, str | list):
+            raise ValueError(
+                f'expected a metric name or glob, or a list of them such as ["*loss", "gpu.*"], got {repr(value)[:100]}'
+            )
+        return value
+
+
 class RulesFile(Strict):
     """One rules file."""
 
@@ -283,6 +310,7 @@ class RulesFile(Strict):
     evaluation_interval: Duration | None = None
     runs: RunsConfig | None = None
     delivery: DeliveryConfig | None = None
+    export: ExportConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -300,6 +328,9 @@ class Config:
     rule_configs: Mapping[str, RuleConfig] = field(default_factory=dict)
     stall_after: float = 600.0
     max_retry_after: float = 300.0
+    export: ExportConfig = field(default_factory=ExportConfig)
+    rule_files: Mapping[str, str] = field(default_factory=dict)
+    """The file each rule was read from, by rule name."""
 
 
 DEFAULT_RECEIVER = "console"
@@ -348,10 +379,10 @@ def _message(err: Any, doc: Document) -> str:
 
 def _suggest(key: str) -> str | None:
     known: set[str] = set()
-    models = (RulesFile, RuleConfig, RouteConfig, BufferConfig, RunsConfig, SpikeSpec, InhibitRuleConfig)
+    models = (RulesFile, RuleConfig, RouteConfig, BufferConfig, RunsConfig, SpikeSpec, InhibitRuleConfig, ExportConfig)
     for model in (*models, *get_args(SourceConfig), *get_args(NotifierConfig)):
         known.update(f.alias or name for name, f in model.model_fields.items())
-    hits = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+    hits = difflib.get_close_matches(key, sorted(known - {key}), n=1, cutoff=0.75)
     return hits[0] if hits else None
 
 
@@ -363,7 +394,7 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
     route: tuple[str, RouteConfig] | None = None
     inhibit: list[InhibitRuleConfig] = []
     buffer, interval, runs = BufferConfig(), 1.0, RunsConfig()
-    delivery = DeliveryConfig()
+    delivery, export = DeliveryConfig(), ExportConfig()
     for doc, model in parsed:
         for i, src in enumerate(model.sources):
             if src.name in sources:
@@ -393,6 +424,7 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
         interval = model.evaluation_interval or interval
         runs = model.runs or runs
         delivery = model.delivery or delivery
+        export = model.export or export
     if not notifiers:
         notifiers[DEFAULT_RECEIVER] = LogConfig(type="log")
     root = route[1] if route else RouteConfig(receivers=sorted(notifiers))
@@ -420,6 +452,8 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
         rule_configs={name: r for name, (_, _, r) in rules.items()},
         stall_after=runs.stall_after,
         max_retry_after=delivery.max_retry_after,
+        export=export,
+        rule_files={name: file for name, (file, _, _) in rules.items()},
     )
 
 
