@@ -15,6 +15,7 @@ from alertd.app import Service
 from alertd.model import Sample, SeriesKey, make_labels
 
 pytestmark = pytest.mark.anyio
+ALERTD = {"format": "alertd"}
 
 
 async def test_silences_create_list_mute_and_expire(tmp_path: Path) -> None:
@@ -35,14 +36,14 @@ async def test_silences_create_list_mute_and_expire(tmp_path: Path) -> None:
         (s,) = (await client.get("/api/v1/silences")).json()
         assert (s["id"], s["createdBy"], s["comment"], s["status"]) == (sid, "alice", "known NaN", {"state": "active"})
         assert s["matchers"][1] == {"name": "run", "value": "exp.*", "isRegex": True, "isEqual": True}
-        (alert,) = (await client.get("/api/v1/alerts")).json()
+        (alert,) = (await client.get("/api/v1/alerts", params=ALERTD)).json()
         assert alert["silenced"] is True and alert["silencedBy"] == [sid]
 
         r = await client.delete(f"/api/v1/silences/{sid}")
         assert r.status_code == 200 and r.json()["status"] == {"state": "expired"}
         (s,) = (await client.get("/api/v1/silences")).json()
         assert s["status"] == {"state": "expired"}
-        assert (await client.get("/api/v1/alerts")).json()[0]["silenced"] is False
+        assert (await client.get("/api/v1/alerts", params=ALERTD)).json()[0]["silenced"] is False
         assert (await client.delete("/api/v1/silences/nope")).status_code == 404
 
         later = {"matchers": [{"name": "team", "value": "ml", "isEqual": False}], "startsAt": "2100-01-01T00:00:00Z"}
@@ -79,7 +80,7 @@ async def test_reload_good_and_bad_rules(tmp_path: Path) -> None:
         r = await client.post("/api/v1/reload")
         assert r.status_code == 200, r.text
         assert r.json()["status"] == "ok"
-        names = {x["name"] for x in (await client.get("/api/v1/rules")).json()}
+        names = {x["name"] for x in (await client.get("/api/v1/rules", params=ALERTD)).json()}
         assert names == {"loss_nan", "loss_high", "acc_low"}
 
         write_rules(env.rules, env.samples, extra="  - {name: broken, metric: m, condition: 'sometimes'}\n")
@@ -88,8 +89,8 @@ async def test_reload_good_and_bad_rules(tmp_path: Path) -> None:
         out = r.json()
         assert out["status"] == "error"
         assert any("rules[2].condition" in e and "unknown condition" in e for e in out["errors"]), out
-        names = {x["name"] for x in (await client.get("/api/v1/rules")).json()}
-        assert names == {"loss_nan", "loss_high", "acc_low"}  # the old rules keep running
+        (group,) = (await client.get("/api/v1/rules")).json()["data"]["groups"]
+        assert {x["name"] for x in group["rules"]} == {"loss_nan", "loss_high", "acc_low"}  # the old rules keep running
 
 
 async def test_schemathesis_finds_no_server_error(tmp_path: Path) -> None:

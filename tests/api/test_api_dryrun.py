@@ -63,7 +63,7 @@ async def test_inline_samples_give_transitions_and_notifications(tmp_path: Path,
         r2 = await client.post("/api/v1/dry-run", json=as_obj)
         assert r2.status_code == 200, r2.text
         # The service itself is untouched by a dry run.
-        assert (await client.get("/api/v1/alerts")).json() == []
+        assert (await client.get("/api/v1/alerts")).json()["data"]["alerts"] == []
     assert out["samples"] == 4
     states = [(t["rule"], t["state"], t["step"], t["value"]) for t in out["transitions"]]
     assert states == [("loss_nan", "firing", 20, "NaN"), ("loss_nan", "resolved", 30, 0.4)]

@@ -64,7 +64,7 @@ async def test_the_run_plot_draws_the_buffered_run_and_its_alert_span(tmp_path: 
 
         async def firing() -> bool:
             r = await client.get("/api/v1/alerts")
-            return any(a["state"] == "firing" for a in r.json())
+            return any(a["state"] == "firing" for a in r.json()["data"]["alerts"])
 
         deadline = time.monotonic() + 20
         while not await firing():

@@ -14,6 +14,8 @@ from alertd.app import Service
 from alertd.model import Sample, SeriesKey, make_labels
 
 pytestmark = pytest.mark.anyio
+ALERTD = {"format": "alertd"}
+"""The query that asks `/api/v1/alerts` and `/api/v1/rules` for alertd's own shapes."""
 
 
 def metric_values(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -103,10 +105,10 @@ async def test_alerts_rules_sources_and_series(tmp_path: Path) -> None:
     async with serving(service) as client:
         env.samples.write_text(sample_line("train/loss", 0.5, 1, run="exp1"))
         await wait_for(lambda: service.health["runs"].samples == 1, what="1 sample polled")
-        assert (await client.get("/api/v1/alerts")).json() == []
+        assert (await client.get("/api/v1/alerts", params=ALERTD)).json() == []
         service.ingest([nan_sample(step=2)], time.time())
 
-        alerts = (await client.get("/api/v1/alerts")).json()
+        alerts = (await client.get("/api/v1/alerts", params=ALERTD)).json()
         assert len(alerts) == 1
         a = alerts[0]
         assert (a["rule"], a["state"], a["value"], a["step"], a["severity"]) == (
@@ -121,7 +123,7 @@ async def test_alerts_rules_sources_and_series(tmp_path: Path) -> None:
         assert a["activeAt"].endswith("Z") and a["firedAt"].endswith("Z")
         assert len(a["fingerprint"]) == 16 and a["silenced"] is False
 
-        rules = {r["name"]: r for r in (await client.get("/api/v1/rules")).json()}
+        rules = {r["name"]: r for r in (await client.get("/api/v1/rules", params=ALERTD)).json()}
         assert set(rules) == {"loss_nan", "loss_high"}
         assert rules["loss_nan"]["condition"] == "nonfinite"
         assert rules["loss_nan"]["alerts"] == {"pending": 0, "firing": 1}
@@ -159,6 +161,72 @@ async def test_alerts_rules_sources_and_series(tmp_path: Path) -> None:
         assert [x["value"] for x in last["samples"]] == ["NaN"]
         missing = await client.get("/api/v1/series/0123456789abcdef")
         assert missing.status_code == 404 and missing.json()["status"] == "error"
+
+
+async def test_alerts_and_rules_in_prometheus_shapes(tmp_path: Path) -> None:
+    env = make_env(tmp_path)
+    async with serving(Service([str(env.rules)], state=env.state), start=False) as client:
+        before = (await client.get("/api/v1/rules")).json()  # never evaluated
+        assert {(r["health"], r["state"]) for g in before["data"]["groups"] for r in g["rules"]} == {
+            ("unknown", "unknown")
+        }
+        assert before["data"]["groups"][0]["lastEvaluation"] == "0001-01-01T00:00:00Z"  # Go's zero time
+    service = Service([str(env.rules)], state=env.state)
+    async with serving(service) as client:
+        now = time.time()
+        labels = {"run": "exp1", "source": "runs", "gpu.uuid": "GPU-1"}
+        service.ingest([Sample(SeriesKey("train/loss", make_labels(labels)), now, 3, float("nan"))], now)
+        service.ingest([Sample(SeriesKey("train/grad_norm", make_labels(labels)), now, 3, 250.0)], now)
+
+        r = await client.get("/api/v1/alerts")
+        assert r.status_code == 200
+        body = r.json()
+        assert body["status"] == "success" and set(body) == {"status", "data"}
+        alerts = {a["labels"]["alertname"]: a for a in body["data"]["alerts"]}
+        nan, high = alerts["loss_nan"], alerts["loss_high"]
+        assert nan["labels"] == {
+            "alertname": "loss_nan",
+            "severity": "critical",
+            "gpu_uuid": "GPU-1",
+            "metric": "train/loss",
+            "run": "exp1",
+            "source": "runs",
+        }
+        assert (nan["state"], nan["value"], nan["annotations"]) == ("firing", "NaN", {"summary": "loss is NaN"})
+        assert nan["activeAt"].endswith("Z") and set(nan) == {"labels", "annotations", "state", "activeAt", "value"}
+        assert (high["value"], high["labels"]["team"], high["labels"]["severity"]) == ("2.5e+02", "ml", "warning")
+
+        r = await client.get("/api/v1/rules")
+        assert r.status_code == 200
+        body = r.json()
+        assert body["status"] == "success"
+        (group,) = body["data"]["groups"]
+        assert (group["name"], group["file"], group["interval"], group["limit"]) == ("rules", str(env.rules), 1.0, 0)
+        assert group["lastEvaluation"].endswith("Z") and group["evaluationTime"] >= 0
+        rules = {x["name"]: x for x in group["rules"]}
+        assert list(rules) == ["loss_nan", "loss_high"]  # the file's order
+        nan_rule = rules["loss_nan"]
+        assert {k: nan_rule[k] for k in ("state", "query", "duration", "keepFiringFor", "health", "type")} == {
+            "state": "firing",
+            "query": "train/loss nonfinite",
+            "duration": 0,
+            "keepFiringFor": 0,
+            "health": "ok",
+            "type": "alerting",
+        }
+        assert nan_rule["labels"] == {"severity": "critical"}
+        assert nan_rule["annotations"] == {"summary": "loss is {{ value }}"}  # the template, as Prometheus shows it
+        assert nan_rule["alerts"] == [nan] and "lastError" not in nan_rule  # omitted when none, as Prometheus does
+        assert (rules["loss_high"]["query"], rules["loss_high"]["labels"]) == (
+            "train/* > 100",
+            {"team": "ml", "severity": "warning"},
+        )
+        # alertd's own shapes stay a query away; an unknown format is a 422 naming it
+        assert isinstance((await client.get("/api/v1/alerts", params=ALERTD)).json(), list)
+        assert isinstance((await client.get("/api/v1/rules", params=ALERTD)).json(), list)
+        for path in ("/api/v1/alerts", "/api/v1/rules"):
+            r = await client.get(path, params={"format": "json"})
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "format"]
 
 
 async def test_no_response_holds_a_secret(tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         _write_run(logdir, steps=31)  # the live run, written while alertd watches: it ends on the NaN
 
         def firing() -> bool:
-            alerts = _get(f"{base}/api/v1/alerts")
+            alerts = _get(f"{base}/api/v1/alerts?format=alertd")
             return any(a["rule"] == "loss_not_finite" and a["state"] == "firing" for a in alerts)
 
         wait_for(firing, "the NaN alert to fire", 30, alertd)
@@ -201,7 +201,7 @@ def test_a_silence_made_from_the_page_silences_the_alert(page: Any, site: dict[s
     page.locator("#comment").fill("looking into it")
     page.get_by_role("button", name="Create silence").click()
     page.locator('#silence-list tr:has-text("looking into it") td.status-active').wait_for()
-    alert = next(a for a in _get(site["base"] + "/api/v1/alerts") if a["rule"] == "loss_not_finite")
+    alert = next(a for a in _get(site["base"] + "/api/v1/alerts?format=alertd") if a["rule"] == "loss_not_finite")
     assert alert["silenced"] is True
     shot(page, "silences")
     page.goto(site["base"] + "/ui/")

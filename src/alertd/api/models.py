@@ -59,6 +59,78 @@ class AlertOut(BaseModel):
     silencedBy: list[str]
 
 
+def _omitted(value: Any) -> bool:
+    return value is None
+
+
+class PromAlertOut(BaseModel):
+    """A pending or firing alert as Prometheus' `GET /api/v1/alerts` shows it: labels with `alertname` (and
+    `severity`), `value` as Go writes a float (`1e+00`, `NaN`), `activeAt` RFC 3339."""
+
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    state: str
+    activeAt: str | None = Field(default=None, exclude_if=_omitted)
+    value: str
+
+
+class PromAlertsData(BaseModel):
+    """The alerts."""
+
+    alerts: list[PromAlertOut]
+
+
+class PromAlerts(BaseModel):
+    """Prometheus' envelope of `GET /api/v1/alerts`."""
+
+    status: Literal["success"] = "success"
+    data: PromAlertsData
+
+
+class PromRuleOut(BaseModel):
+    """A rule as Prometheus' `GET /api/v1/rules` shows an alerting rule. `query` is alertd's description of
+    the rule (its metrics, label matchers and condition), not PromQL; `duration` is its `for`, in seconds."""
+
+    state: str
+    name: str
+    query: str
+    duration: float
+    keepFiringFor: float
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    alerts: list[PromAlertOut]
+    health: Literal["ok", "err", "unknown"]
+    lastError: str | None = Field(default=None, exclude_if=_omitted)
+    evaluationTime: float
+    lastEvaluation: str
+    type: Literal["alerting"] = "alerting"
+
+
+class PromGroupOut(BaseModel):
+    """The rules of one rules file (`name` its stem)."""
+
+    name: str
+    file: str
+    rules: list[PromRuleOut]
+    interval: float
+    limit: int
+    evaluationTime: float
+    lastEvaluation: str
+
+
+class PromRulesData(BaseModel):
+    """The rule groups."""
+
+    groups: list[PromGroupOut]
+
+
+class PromRules(BaseModel):
+    """Prometheus' envelope of `GET /api/v1/rules`."""
+
+    status: Literal["success"] = "success"
+    data: PromRulesData
+
+
 class AlertCounts(BaseModel):
     """How many alerts of a rule are pending and firing."""
 

@@ -18,7 +18,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
@@ -33,6 +33,7 @@ from alertd.api.metrics import ServiceCollector, alert_counts, source_up
 from alertd.api.models import parse_instant, silence_from, silence_json, time_or_none
 from alertd.api.pages import pages_router
 from alertd.api.plots import plot_routes
+from alertd.api.prom import alerts_data, rules_data
 from alertd.api.roots import roots_routes
 from alertd.api.server import AcceptErrors, Connections, connection_limit, protocol_factory
 from alertd.api.v2 import V2Error, v2_router
@@ -244,10 +245,19 @@ def _bearer(token: str) -> Callable[[Request], Awaitable[None]]:
     return check
 
 
+FORMAT = Query(
+    "prometheus",
+    description="`prometheus`: Prometheus' envelope and fields (the default); `alertd`: alertd's own list",
+)
+
+
 def _state_routes(api: APIRouter, service: Any) -> None:
-    @api.get("/alerts", response_model=list[m.AlertOut])
-    async def alerts() -> list[dict[str, Any]]:
-        """The pending and firing alerts."""
+    @api.get("/alerts", response_model=m.PromAlerts | list[m.AlertOut])
+    async def alerts(format: Literal["prometheus", "alertd"] = FORMAT) -> Any:
+        """The pending and firing alerts: as Prometheus' `GET /api/v1/alerts` answers, or with `format=alertd`
+        alertd's list (rule, severity, step, fingerprint, silences)."""
+        if format == "prometheus":
+            return alerts_data(service)
         now = service.clock.now()
         silences = service.silences.active(now)
         out = []
@@ -273,9 +283,12 @@ def _state_routes(api: APIRouter, service: Any) -> None:
             )
         return out
 
-    @api.get("/rules", response_model=list[m.RuleOut], response_model_by_alias=True)
-    async def rules() -> list[dict[str, Any]]:
-        """Every loaded rule, its last evaluation and its alerts."""
+    @api.get("/rules", response_model=m.PromRules | list[m.RuleOut], response_model_by_alias=True)
+    async def rules(format: Literal["prometheus", "alertd"] = FORMAT) -> Any:
+        """Every loaded rule, its last evaluation and its alerts: as Prometheus' `GET /api/v1/rules` answers
+        (one group per rules file), or with `format=alertd` alertd's list (condition, metrics, counts)."""
+        if format == "prometheus":
+            return rules_data(service)
         engine = service.engine
         counts = alert_counts(service)
         out = []

@@ -128,7 +128,7 @@
   }
 
   async function overview() {
-    const [alerts, runs, sources] = await Promise.all([json("alerts"), json("runs"), json("sources")]);
+    const [alerts, runs, sources] = await Promise.all([json("alerts?format=alertd"), json("runs"), json("sources")]);
     const order = { critical: 0, warning: 1, info: 2 };
     alerts.sort((a, b) => (order[a.severity] ?? 3) - (order[b.severity] ?? 3) || (a.state > b.state ? 1 : -1));
     $("#content").replaceChildren(
@@ -193,7 +193,7 @@
     const plotQ = new URLSearchParams({ source, run }).toString();
     const [runs, alerts, plot] = await Promise.all([
       json("runs"),
-      json("alerts"),
+      json("alerts?format=alertd"),
       api("runs/plot.svg?" + plotQ).then(async (r) => (r.ok ? r.text() : Promise.reject(new Error(await r.text())))),
     ]);
     const info = runs.find((r) => r.run === run && r.source === source);
