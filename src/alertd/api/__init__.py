@@ -4,7 +4,8 @@ routes   the FastAPI app and its routes (`create_app`), the listening socket and
 models   the pydantic request and response models (the OpenAPI schema), RFC 3339 times
 dryrun   `POST /api/v1/dry-run`'s job, done in a worker process
 worker   the dry-run worker processes: `DryRuns` starts `python -m alertd.api.worker`, bounds and kills them
-metrics  `GET /metrics`: the Prometheus collector over the running service
+metrics  `GET /metrics`: the Prometheus collector over the running service (`ALERTS`, `export:`)
+prom     `GET /api/v1/alerts` and `/api/v1/rules` in Prometheus' envelopes
 server   how connections are served and kept in bounds (uvicorn's h11 protocol, head deadline, cap)
 v2       Alertmanager's API v2, the part `amtool` uses
 pages    the web pages (overview, run, silences, dry-run) and their two static assets (`static/`)

@@ -1,12 +1,29 @@
-"""`GET /metrics`: a Prometheus collector that reads the running service at scrape time."""
+"""`GET /metrics`: a Prometheus collector that reads the running service at scrape time.
+
+Besides alertd's own metrics it shows what Prometheus would record for alertd's alerts had it evaluated
+the rules itself (`rules/alerting.go`): `ALERTS{alertname, alertstate, <labels>}` 1 for each pending and
+firing alert and `ALERTS_FOR_STATE{alertname, <labels>}` its active-since time (epoch seconds); and, with
+`export:` in the rules file, the newest value of each buffered series whose metric it names, a gauge named
+after the metric (`train/loss{run="exp1"}` -> `train_loss{run="exp1"}`).
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from alertd.model import am_labels
+from alertd.promnames import metric_name, prom_labels
+from alertd.rules.rule import compile_metric_patterns
+
+RESERVED_PREFIXES = ("alertd_", "ALERTS")
+"""Exported series may not take these names (alertd's own metrics and the alerts')."""
+EXPORT_HELP = "The newest value of an alertd series (export: in the rules file)."
 
 
 class ServiceCollector(Collector):
@@ -33,6 +50,8 @@ class ServiceCollector(Collector):
         yield from self._limits(engine.buffer)
         yield from self._alerts()
         yield self._notifications()
+        yield from self._prometheus_alerts()
+        yield from self._exported()
 
     def _limits(self, buffer: Any) -> Iterator[Metric]:
         per_source = GaugeMetricFamily("alertd_series", "Series held in the buffer, per source.", labels=["source"])
@@ -81,6 +100,47 @@ class ServiceCollector(Collector):
             rule_errors.add_metric([rule.name], 1.0 if rule.name in engine.rule_errors else 0.0)
         yield from (alerts, rule_errors)
 
+    def _prometheus_alerts(self) -> Iterator[Metric]:
+        """`ALERTS` and `ALERTS_FOR_STATE` as Prometheus names and fills them."""
+        engine = self.service.engine
+        alerts = GaugeMetricFamily("ALERTS", "Pending and firing alerts (1 each), as Prometheus records them.")
+        for_state = GaugeMetricFamily(
+            "ALERTS_FOR_STATE", "The time each pending or firing alert became active, in epoch seconds."
+        )
+        names: dict[str, str] = {}
+        seen: set[tuple[tuple[str, str], ...]] = set()
+        for a in engine.state.alerts(engine.ruleset.rules):
+            labels = prom_labels(am_labels(a.rule, a.labels, a.severity), names)
+            labels["alertname"] = a.rule
+            key = tuple(sorted(labels.items()))
+            if key in seen:  # two alerts whose labels differ only in characters Prometheus has no room for
+                continue
+            seen.add(key)
+            since = float(math.floor(a.active_at)) if math.isfinite(a.active_at) else a.active_at  # Go's Unix()
+            for_state.add_sample("ALERTS_FOR_STATE", labels, since)
+            alerts.add_sample("ALERTS", {**labels, "alertstate": a.state.value}, 1.0)
+        yield from (alerts, for_state)
+
+    def _exported(self) -> Iterator[Metric]:
+        """The newest value of each buffered series that `export.metrics` names, at most `export.max_series`."""
+        export = self.service.config.export
+        exported = GaugeMetricFamily("alertd_export_series", "Series shown at this scrape by `export:`.")
+        dropped = GaugeMetricFamily(
+            "alertd_export_dropped_series",
+            "Series `export:` named but this scrape left out: over max_series (limit), the same name and labels "
+            "as one shown (collision), or a name of alertd's own (reserved).",
+            labels=["reason"],
+        )
+        families: dict[str, Metric] = {}
+        counts = {"limit": 0, "collision": 0, "reserved": 0}
+        if export.metrics:
+            counts = _export(self.service.engine.buffer, tuple(export.metrics), export.max_series, families)
+        exported.add_metric([], sum(len(f.samples) for f in families.values()))
+        for reason, n in counts.items():
+            dropped.add_metric([reason], n)
+        yield from (exported, dropped)
+        yield from families.values()
+
     def _notifications(self) -> Metric:
         out = CounterMetricFamily(
             "alertd_notifications", "Delivery outcomes per receiver.", labels=["receiver", "outcome"]
@@ -91,6 +151,51 @@ class ServiceCollector(Collector):
                 for receiver, n in sorted(per.items()):
                     out.add_metric([receiver, outcome], n)
         return out
+
+
+@lru_cache(maxsize=16)
+def _patterns(patterns: tuple[str, ...]) -> tuple[frozenset[str], Any]:
+    return compile_metric_patterns(patterns)
+
+
+def _export(buffer: Any, patterns: tuple[str, ...], limit: int, families: dict[str, Metric]) -> dict[str, int]:
+    """Fill `families` (by name) with the newest value of each series of `buffer` whose metric matches
+    `patterns`, the first `limit` of them in the buffer's order (oldest series first: the same ones from one
+    scrape to the next); the counts of those left out, by reason. One pass; per metric name, one match."""
+    names, glob = _patterns(patterns)
+    counts = {"limit": 0, "collision": 0, "reserved": 0}
+    by_metric: dict[str, str | None] = {}  # metric -> its exported name; None: not exported
+    label_names: dict[str, str] = {}
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    shown = 0
+    for s in buffer:
+        metric = s.key.metric
+        name = by_metric.get(metric, "")
+        if name == "":
+            name = None
+            if metric in names or (glob is not None and glob.fullmatch(metric)):
+                name = metric_name(metric)
+            by_metric[metric] = name
+        if name is None or len(s.times) <= s.start:
+            continue
+        if name.startswith(RESERVED_PREFIXES):
+            counts["reserved"] += 1
+            continue
+        if shown >= limit:
+            counts["limit"] += 1
+            continue
+        labels = prom_labels(s.key.labels, label_names)
+        key = (name, tuple(sorted(labels.items())))
+        if key in seen:
+            counts["collision"] += 1
+            continue
+        seen.add(key)
+        family = families.get(name)
+        if family is None:
+            family = families[name] = Metric(name, EXPORT_HELP, "gauge")
+        family.add_sample(name, labels, s.values[-1])
+        shown += 1
+    return counts
 
 
 def source_up(health: Any) -> bool:
