@@ -1,0 +1,135 @@
+"""A real Prometheus (Debian's `prometheus`) scrapes two live alertd processes: its query API answers both
+nodes' `ALERTS` and `ALERTS_FOR_STATE`, and the loss series `export:` shows, NaN as NaN."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from api_helpers import Served, free_port
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+pytestmark = pytest.mark.skipif(
+    not Path(PROMETHEUS).exists(), reason="needs Debian's prometheus (apt-get install prometheus)"
+)
+
+RULES = """\
+sources:
+  - {{type: samples, name: runs, path: "{samples}", interval: 0.2}}
+rules:
+  - {{name: loss_nan, metric: train/loss, condition: nonfinite, severity: critical}}
+export: {{metrics: ["*loss"]}}
+"""
+
+
+def node(tmp: Path, name: str, rows: list[tuple[str, float]], t: float) -> Served:
+    """alertd on a free port whose samples source holds `rows` (run, train/loss value), one step apart."""
+    home = tmp / name
+    home.mkdir()
+    samples = home / "samples.jsonl"
+    lines = [
+        {
+            "metric": "train/loss",
+            "labels": {"run": run},
+            "time": t,
+            "step": step,
+            "value": "NaN" if math.isnan(v) else v,
+        }
+        for step, (run, v) in enumerate(rows)
+    ]
+    samples.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return Served(home, RULES.format(samples=samples))
+
+
+@contextlib.contextmanager
+def prometheus(tmp: Path, targets: list[str]) -> Iterator[httpx.Client]:
+    """Prometheus scraping `targets` every second, its API on a free port of 127.0.0.1."""
+    config = tmp / "prometheus.yml"
+    scrape = {"job_name": "alertd", "scrape_interval": "1s", "static_configs": [{"targets": targets}]}
+    config.write_text(json.dumps({"global": {"scrape_interval": "1s"}, "scrape_configs": [scrape]}))  # YAML too
+    port = free_port()
+    log = (tmp / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5)
+    try:
+        yield client
+    finally:
+        client.close()
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def query(client: httpx.Client, promql: str) -> list[dict[str, Any]]:
+    """The instant vector `promql` gives now ([] while Prometheus is not up)."""
+    try:
+        r = client.get("/api/v1/query", params={"query": promql})
+    except httpx.TransportError:
+        return []
+    if r.status_code != 200:
+        return []
+    body = r.json()
+    assert body["status"] == "success", body
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
+def test_prometheus_scrapes_alerts_and_exported_losses_from_two_nodes(tmp_path: Path) -> None:
+    t = time.time()
+    with (
+        node(tmp_path, "a", [("exp1", 1.0), ("exp1", math.nan)], t) as a,
+        node(tmp_path, "b", [("exp2", math.nan), ("exp3", 0.5), ("exp3", 0.25)], t) as b,
+        prometheus(tmp_path, [a.url.removeprefix("http://"), b.url.removeprefix("http://")]) as prom,
+    ):
+        deadline = time.monotonic() + 25
+        alerts: list[dict[str, Any]] = []
+        losses: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            alerts = query(prom, "ALERTS")
+            losses = query(prom, "train_loss")
+            if len(alerts) == 2 and len(losses) == 3:
+                break
+            time.sleep(0.25)
+        logs = (tmp_path / "prometheus.log").read_text(errors="replace")[-3000:]
+        assert len(alerts) == 2 and len(losses) == 3, (alerts, losses, logs)
+        for_state = query(prom, "ALERTS_FOR_STATE")
+    a_at, b_at = a.url.removeprefix("http://"), b.url.removeprefix("http://")
+    common = {"__name__": "ALERTS", "alertname": "loss_nan", "alertstate": "firing", "severity": "critical"}
+    common |= {"job": "alertd", "metric": "train/loss", "source": "runs"}
+    assert sorted(((x["metric"], x["value"][1]) for x in alerts), key=lambda x: x[0]["run"]) == [
+        ({**common, "run": "exp1", "instance": a_at}, "1"),
+        ({**common, "run": "exp2", "instance": b_at}, "1"),
+    ]
+    assert {(x["metric"]["run"], x["metric"]["instance"], x["value"][1]) for x in for_state} == {
+        ("exp1", a_at, str(math.floor(t))),
+        ("exp2", b_at, str(math.floor(t))),
+    }
+    assert {(x["metric"]["run"], x["metric"]["instance"], x["value"][1]) for x in losses} == {
+        ("exp1", a_at, "NaN"),
+        ("exp2", b_at, "NaN"),
+        ("exp3", b_at, "0.25"),
+    }
+    assert {x["metric"]["source"] for x in losses} == {"runs"}
