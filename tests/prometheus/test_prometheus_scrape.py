@@ -1,5 +1,6 @@
-"""A real Prometheus (Debian's `prometheus`) scrapes two live alertd processes: its query API answers both
-nodes' `ALERTS` and `ALERTS_FOR_STATE`, and the loss series `export:` shows, NaN as NaN."""
+"""A real Prometheus (Debian's `prometheus`, on deploy/multinode/prometheus.yml) scrapes two live alertd
+processes: its query API answers both nodes' `ALERTS` and `ALERTS_FOR_STATE`, and the loss series
+`export:` shows, NaN as NaN."""
 
 from __future__ import annotations
 
@@ -19,9 +20,8 @@ from api_helpers import Served, free_port
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
-pytestmark = pytest.mark.skipif(
-    not Path(PROMETHEUS).exists(), reason="needs Debian's prometheus (apt-get install prometheus)"
-)
+if not Path(PROMETHEUS).exists():
+    pytest.fail("needs Debian's prometheus: apt-get install prometheus (make system-deps does)", pytrace=False)
 
 RULES = """\
 sources:
@@ -51,12 +51,26 @@ def node(tmp: Path, name: str, rows: list[tuple[str, float]], t: float) -> Serve
     return Served(home, RULES.format(samples=samples))
 
 
+DEPLOYED = Path(__file__).resolve().parents[2] / "deploy" / "multinode" / "prometheus.yml"
+"""The multi-node example's Prometheus config: the one this test runs."""
+
+
 @contextlib.contextmanager
 def prometheus(tmp: Path, targets: list[str]) -> Iterator[httpx.Client]:
-    """Prometheus scraping `targets` every second, its API on a free port of 127.0.0.1."""
+    """Prometheus on deploy/multinode/prometheus.yml, its API on a free port of 127.0.0.1: the example
+    nodes replaced by `targets`, the Alertmanager peers by ports nothing listens on, and the scrape
+    interval by 1s (the example's 30s would make a slow test); nothing else is changed."""
+    nodes = dict(zip(("gpu1.example:9090", "gpu2.example:9090"), targets, strict=True))
+    peers = {f"am{i}.example:9093": f"127.0.0.1:{free_port()}" for i in (1, 2)}
+    text = DEPLOYED.read_text()
+    assert "scrape_interval: 30s" in text
+    text = text.replace("scrape_interval: 30s", "scrape_interval: 1s")
+    for example, real in {**nodes, **peers}.items():
+        assert example in text, example
+        text = text.replace(example, real)
+    assert ".example" not in text, "an address the test does not replace is left"
     config = tmp / "prometheus.yml"
-    scrape = {"job_name": "alertd", "scrape_interval": "1s", "static_configs": [{"targets": targets}]}
-    config.write_text(json.dumps({"global": {"scrape_interval": "1s"}, "scrape_configs": [scrape]}))  # YAML too
+    config.write_text(text)
     port = free_port()
     log = (tmp / "prometheus.log").open("wb")
     proc = subprocess.Popen(
