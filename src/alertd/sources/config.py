@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-import ssl
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from alertd.config_types import Duration, SourceConfigBase, Strict
+from alertd.httpauth import BasicAuthConfig, TLSConfig
 from alertd.secretfiles import secrets_from_files
 from alertd.userregex import compile_user_regex
 
@@ -242,62 +242,11 @@ class PrometheusQuery(Strict):
         return value
 
 
-class PrometheusBasicAuth(Strict):
-    """HTTP basic auth, as Prometheus' clients take it: `username` and `password` or `password_file`."""
+class PrometheusTls(TLSConfig):
+    """TLS towards the server, as Prometheus' `tls_config`: `TLSConfig`'s keys, and `server_name` (the name the
+    certificate must carry and the SNI sent, when the URL's host is not it)."""
 
-    username: str = Field(min_length=1)
-    password: SecretStr
-
-    @model_validator(mode="before")
-    @classmethod
-    def _secret_files(cls, data: Any) -> Any:
-        return secrets_from_files(data, ("password",))
-
-
-class PrometheusTls(Strict):
-    """TLS towards the server, as Prometheus' `tls_config`: a CA to trust (else the system's), a client
-    certificate and key, `insecure_skip_verify`, and `server_name` (the name the certificate must carry and
-    the SNI sent, when the URL's host is not it). Files are read when the rules are loaded (a renewed file is
-    read again when the source is made anew: a restart, or a change to its entry)."""
-
-    ca_file: str | None = Field(default=None, min_length=1)
-    cert_file: str | None = Field(default=None, min_length=1)
-    key_file: str | None = Field(default=None, min_length=1)
-    insecure_skip_verify: bool = False
     server_name: str | None = Field(default=None, min_length=1)
-
-    @model_validator(mode="after")
-    def _files(self) -> PrometheusTls:
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("give cert_file and key_file together (a client certificate and its key)")
-        self.context()  # every file readable and of the right kind, now rather than at the first poll
-        return self
-
-    def context(self) -> ssl.SSLContext:
-        """The client's SSL context (reads the files). ValueError names the key and the file."""
-        ctx = ssl.create_default_context()
-        if self.ca_file is not None:
-            try:
-                ctx.load_verify_locations(cafile=self.ca_file)
-            except (OSError, ssl.SSLError) as exc:
-                raise ValueError(f"ca_file: cannot use {self.ca_file}: {_why(exc)}") from None
-        if self.cert_file is not None and self.key_file is not None:
-            try:
-                ctx.load_cert_chain(self.cert_file, self.key_file)
-            except (OSError, ssl.SSLError) as exc:
-                raise ValueError(
-                    f"cert_file/key_file: cannot use {self.cert_file} with {self.key_file}: {_why(exc)}"
-                ) from None
-        if self.insecure_skip_verify:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        return ctx
-
-
-def _why(exc: OSError | ssl.SSLError) -> str:
-    if isinstance(exc, ssl.SSLError):
-        return str(exc.reason or exc)
-    return exc.strerror or type(exc).__name__
 
 
 class PrometheusConfig(SourceConfigBase):
@@ -314,7 +263,7 @@ class PrometheusConfig(SourceConfigBase):
     url: str
     """The server (`http://prometheus:9090`, or with the path prefix it is served under)."""
     queries: list[PrometheusQuery] = Field(min_length=1, max_length=1000)
-    basic_auth: PrometheusBasicAuth | None = None
+    basic_auth: BasicAuthConfig | None = None
     bearer_token: SecretStr | None = None
     tls: PrometheusTls | None = None
     timeout: Duration = Field(default=10.0, gt=0)

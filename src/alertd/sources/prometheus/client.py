@@ -91,7 +91,7 @@ class PromClient:
             self.auth_hint = "check bearer_token"
         else:
             self.auth_hint = "no credentials are set (basic_auth or bearer_token)"
-        verify: ssl.SSLContext | bool = cfg.tls.context() if cfg.tls is not None else True
+        verify: ssl.SSLContext | bool = cfg.tls.ssl_context() if cfg.tls is not None else True
         self._extensions: dict[str, Any] = {}
         if cfg.tls is not None and cfg.tls.server_name:
             self._extensions["sni_hostname"] = cfg.tls.server_name  # the name verified, too
