@@ -1,22 +1,23 @@
 """`GET /api/v1/runs/plot.svg`: a live run drawn from the service's buffer, with its alert spans.
 
-The samples are copied out of the buffer on the event loop (at most `MAX_POINTS` of each series, the
-newest); drawing runs in a worker thread. Spans come from the service's recent transitions
-(`Service.transition_log`) and, for alerts active since before it (a restart), from the alerts
-themselves (pending from their start, firing from when they fired).
+The samples are copied out of the buffer on the event loop as array slices (at most `MAX_POINTS` of each
+series, the newest); making them samples and drawing run in a worker thread. Spans come from the service's
+recent transitions (`Service.transition_log`) and, for alerts active since before it (a restart), from the
+alerts themselves (pending from their start, firing from when they fired).
 """
 
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from alertd.buffer import SeriesBuffer
-from alertd.model import Alert, AlertState, Sample, Transition, TransitionKind
+from alertd.buffer import NO_STEP, SeriesBuffer
+from alertd.model import Alert, AlertState, Sample, SeriesKey, Transition, TransitionKind
 from alertd.plot.build import HOST_METRICS, figure
 from alertd.plot.svg import figure_svg
 
@@ -29,9 +30,14 @@ SVG_HEADERS = {
 }
 
 
-def run_samples(buffer: SeriesBuffer, source: str, run: str, max_points: int = MAX_POINTS) -> list[Sample]:
-    """The buffered samples of run `run` of `source`, and the host-wide GPU series, in time order."""
-    out: list[Sample] = []
+Columns: TypeAlias = "tuple[SeriesKey, array[float], array[int], array[float]]"
+"""One series' newest samples, copied out of the buffer: key, times, steps, values."""
+
+
+def run_columns(buffer: SeriesBuffer, source: str, run: str, max_points: int = MAX_POINTS) -> list[Columns]:
+    """The buffered samples of run `run` of `source`, and of the host-wide GPU series, as copied arrays:
+    the only part that must run on the event loop (the buffer changes there), and cheap (array slices)."""
+    out: list[Columns] = []
     for s in buffer:
         key = s.key
         r = key.label("run")
@@ -39,7 +45,17 @@ def run_samples(buffer: SeriesBuffer, source: str, run: str, max_points: int = M
         if not mine and not (r is None and key.metric in HOST_METRICS):
             continue
         first = max(s.start, len(s.times) - max_points)
-        out.extend(Sample(key, s.times[i], s.step_at(i), s.values[i]) for i in range(first, len(s.times)))
+        out.append((key, s.times[first:], s.steps[first:], s.values[first:]))
+    return out
+
+
+def run_samples(columns: list[Columns]) -> list[Sample]:
+    """Those columns as samples, in time order (in a worker thread: one object per sample)."""
+    out = [
+        Sample(key, t, None if step == NO_STEP else step, v)
+        for key, times, steps, values in columns
+        for t, step, v in zip(times, steps, values, strict=True)
+    ]
     out.sort(key=lambda x: x.time)
     return out
 
@@ -69,8 +85,8 @@ def plot_routes(api: APIRouter, service: Any) -> None:
         the host's GPU utilisation) as line charts, with the spans where alerts were pending and firing
         and NaN/Inf samples marked: one SVG document."""
         engine = service.engine
-        samples = run_samples(engine.buffer, source, run)
+        columns = run_columns(engine.buffer, source, run)
         alerts = engine.state.alerts(engine.ruleset.rules)
         transitions = with_active(getattr(service, "transition_log", ()), alerts)
-        svg = await asyncio.to_thread(lambda: figure_svg(figure(samples, transitions, source, run)))
+        svg = await asyncio.to_thread(lambda: figure_svg(figure(run_samples(columns), transitions, source, run)))
         return Response(svg, media_type="image/svg+xml", headers=SVG_HEADERS)
