@@ -11,8 +11,9 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 EXIT_POLL = 0.01
 """Seconds between two looks at whether the program exited."""
@@ -40,11 +41,14 @@ async def run_program(
     max_stderr: int = 4096,
     env: Mapping[str, str] | None = None,
     grace: float = 2.0,
+    data: bytes | None = None,
+    started: Callable[[asyncio.subprocess.Process], None] | None = None,
 ) -> Completed:
-    """Run `argv` (never through a shell) with no input; raise OSError when it cannot be started."""
+    """Run `argv` (never through a shell), `data` on its stdin (none: no input); raise OSError when it
+    cannot be started. `started` is told of the process once it runs (to kill it from elsewhere)."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
-        stdin=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.DEVNULL if data is None else asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=dict(env) if env is not None else None,
@@ -52,11 +56,17 @@ async def run_program(
         close_fds=True,
     )
     assert proc.stdout is not None and proc.stderr is not None
+    if started is not None:
+        started(proc)
     sizes = [0, 0]
     readers = [
         asyncio.create_task(read_capped(proc.stdout, max_stdout, sizes, 0)),
         asyncio.create_task(read_capped(proc.stderr, max_stderr, sizes, 1)),
     ]
+    tasks: list[asyncio.Task[Any]] = list(readers)
+    if data is not None:
+        assert proc.stdin is not None
+        tasks.append(asyncio.create_task(write_all(proc.stdin, data)))
     timed_out = False
     try:
         try:
@@ -76,9 +86,9 @@ async def run_program(
             killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-        for task in readers:
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*readers, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         transport = getattr(proc, "_transport", None)
         if proc.returncode is not None and transport is not None:
             transport.close()
@@ -105,6 +115,15 @@ async def read_capped(stream: asyncio.StreamReader, keep: int, sizes: list[int] 
         if len(kept) < keep:
             kept += chunk[: keep - len(kept)]
     return bytes(kept)
+
+
+async def write_all(stdin: asyncio.StreamWriter, data: bytes) -> None:
+    """Write `data` and close stdin; a program that does not read it is not an error."""
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stdin.write(data)
+        await stdin.drain()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stdin.close()
 
 
 def killpg(pgid: int, sig: signal.Signals) -> None:

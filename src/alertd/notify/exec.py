@@ -21,7 +21,6 @@ programs still running; their deliveries fail as recoverable, so they are retrie
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -34,8 +33,7 @@ from alertd.notify.config import ExecConfig
 from alertd.notify.formats import Options
 from alertd.notify.formats.generic import build as generic_body
 from alertd.notify.formats.redact import Scrubber
-from alertd.subproc import DRAIN_WAIT, killpg, read_capped, signal_name
-from alertd.subproc import exited as _exited
+from alertd.subproc import killpg, run_program, signal_name
 
 log = logging.getLogger(__name__)
 
@@ -124,28 +122,29 @@ class ExecNotifier:
     async def send(self, notification: Notification) -> None:
         """Run the program once; return when it exited 0, else raise NotifyError."""
         body = json.dumps(self.body(notification), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        procs: list[asyncio.subprocess.Process] = []
+
+        def started(proc: asyncio.subprocess.Process) -> None:
+            procs.append(proc)
+            self._running.add(proc)
+
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.cfg.command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+            done = await run_program(
+                self.cfg.command,
+                timeout=self.cfg.timeout,
+                grace=self.cfg.grace,
+                max_stdout=self._keep,
+                max_stderr=self._keep,
                 env=self.environment(notification),
-                start_new_session=True,
-                close_fds=True,
+                data=body.encode(),
+                started=started,
             )
         except OSError as e:
             raise self._error(f"cannot start: {e.strerror or e}", recoverable=False) from None
-        self._running.add(proc)
-        try:
-            code, timed_out, out, err = await self._run(proc, body.encode())
         finally:
-            self._running.discard(proc)
-            if proc.returncode is None:  # cancelled (shutdown): nothing of it may stay
-                killpg(proc.pid, signal.SIGKILL)
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-        stdout, stderr = self._text(out), self._text(err)
+            self._running.difference_update(procs)
+        code, timed_out = done.returncode, done.timed_out
+        stdout, stderr = self._text(done.stdout), self._text(done.stderr)
         if code == 0 and not timed_out:
             log.debug("exec %s: delivered %s; stdout %r; stderr %r", self.name, notification.key, stdout, stderr)
             return
@@ -163,37 +162,6 @@ class ExecNotifier:
         tail = stderr.strip()[-ERROR_TAIL:]
         raise self._error(why + (f"; stderr: {tail}" if tail else ""), recoverable=recoverable)
 
-    async def _run(self, proc: asyncio.subprocess.Process, data: bytes) -> tuple[int, bool, bytes, bytes]:
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        readers = [asyncio.create_task(read_capped(s, self._keep)) for s in (proc.stdout, proc.stderr)]
-        writer = asyncio.create_task(_write(proc.stdin, data))
-        timed_out = False
-        try:
-            try:
-                async with asyncio.timeout(self.cfg.timeout):
-                    await _exited(proc)
-            except TimeoutError:
-                timed_out = True
-                killpg(proc.pid, signal.SIGTERM)
-                try:
-                    async with asyncio.timeout(self.cfg.grace):
-                        await _exited(proc)
-                except TimeoutError:
-                    pass
-                killpg(proc.pid, signal.SIGKILL)  # the group: descendants that ignored SIGTERM too
-                await _exited(proc)
-            await asyncio.wait(readers, timeout=DRAIN_WAIT)
-        finally:
-            for task in (*readers, writer):
-                task.cancel()
-            await asyncio.gather(*readers, writer, return_exceptions=True)
-            transport = getattr(proc, "_transport", None)
-            if proc.returncode is not None and transport is not None:
-                transport.close()  # pipes a descendant still holds: stop listening to them
-        out = readers[0].result() if not readers[0].cancelled() else b""
-        err = readers[1].result() if not readers[1].cancelled() else b""
-        return proc.returncode if proc.returncode is not None else -1, timed_out, out, err
-
     def _text(self, data: bytes) -> str:
         """The output as text, secrets replaced, then cut to OUTPUT_CAP characters."""
         return self._scrub(data.decode("utf-8", errors="replace"))[:OUTPUT_CAP]
@@ -207,12 +175,3 @@ class ExecNotifier:
         for proc in list(self._running):
             if proc.returncode is None:
                 killpg(proc.pid, signal.SIGKILL)
-
-
-async def _write(stdin: asyncio.StreamWriter, data: bytes) -> None:
-    """Write the body and close stdin; a program that does not read it is not an error."""
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        stdin.write(data)
-        await stdin.drain()
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        stdin.close()
