@@ -3,18 +3,27 @@
 A run is (source, `run` label). Its state is `running`, `stalled` (no new sample for `stall_after`
 while its writer lives or is unknown) or `ended` with a reason:
 
-- `finished`: a clean end: W&B's or MLflow's finished state, an exit record or exit status 0, HF
-  Trainer's end-of-training summary (`train_runtime`), or a verified writer that closed its files and
-  then exited;
-- `crashed`: a non-zero exit code, W&B's crashed/failed state, MLflow's FAILED, a fatal log line;
+- `finished`: a clean end, on evidence only: W&B's or MLflow's finished state, an exit record or exit
+  status 0 (of alertd's own child, or of a writer seen as a zombie with its status), HF Trainer's
+  end-of-training summary (`train_runtime`), the training callbacks' end record;
+- `crashed`: a non-zero exit code, W&B's crashed/failed state, MLflow's FAILED, a fatal log line (a
+  traceback, CUDA out of memory: an exit status 0 after it does not make the run `finished`);
 - `killed`: ended by a signal (an exit status -N), or after alertd asked it to stop (`run.stopped`);
 - `lost`: the verified writer on this host vanished while it still held its files and nothing says
   how; in a replay, a run that announced its start (`run.started`: W&B files, alertd's callbacks) and
   whose data ends with no end marker.
 
-A run whose writer is known only from a file name (never verified: torch's `SummaryWriter` holds no
-file open) ends when that process is gone, with no reason (nothing says how it ended): it is then
-neither stalled nor alerted on. `alertd exec` and the training callbacks say how a run ended.
+A run whose writer process is gone with nothing saying how (it closed its files and exited, or it was
+only ever known from a file name: torch's `SummaryWriter` holds no file open) ended for an unknown
+reason (`reason` label `unknown`): it is then neither stalled nor said to be done. A process that exited
+is not alive even while it waits to be reaped (a zombie); where its exit status can still be read, that
+status tells how it ended. `alertd exec` and the training callbacks say how a run ended.
+
+A run ends once per episode: when later evidence tells better (a non-zero exit code after a `finished`
+record), the earlier `run.end` series is set back to 0 as the new one is set to 1, so one end never
+fires both `run_finished` and `run_crashed`. A run that starts again after its end (a relaunch under the
+same name, a resumed run) sets its `run.end` and `run.finished` back to 0: its earlier end's alerts
+resolve, and its new data is a new incident.
 
 What sources say, as samples with the run's `source` and `run` labels: `run.started` = 1,
 `run.finished` = 1 (it ended; `run.crashed` beside it tells how), `run.crashed` = 0/1,
@@ -93,6 +102,9 @@ class Writer:
     verified: bool
     alive: bool
     holding: bool
+    exit_status: int | None = None
+    """Once it is gone: its status as subprocess's returncode (-N: signal N), where it could be read (a
+    zombie's); else None."""
 
 
 @dataclass(slots=True)
@@ -177,8 +189,7 @@ class RunTracker:
             run = self._run(source, name)
             t = s.time
             if run.state is RunState.ENDED and metric not in MARKERS and t > (run.ended_at or -math.inf):
-                run.state, run.reason, run.exit_code, run.ended_at = RunState.RUNNING, None, None, None
-                run._crashed = run.stop_requested = False
+                self._restart(run, t, out)
             if metric in MARKERS:
                 run._crashed = run._crashed or (source, name) in crashing
                 self._marker(run, metric, s.value, t, out)
@@ -202,18 +213,16 @@ class RunTracker:
         out: list[Sample] = []
         if r.state is RunState.ENDED or writer.alive:
             return out
-        if not writer.verified:
-            # Only a file name says who writes (torch's writer holds no file open, so it is never
-            # verified): the process it names is gone, so the run is over, but nothing says how.
-            if r.state is RunState.STALLED:
-                out.append(Sample(SeriesKey(STALLED, r.labels), now, r.last_step, 0.0))
-            r.state, r.reason, r.ended_at = RunState.ENDED, None, now
-            out.append(Sample(SeriesKey(FINISHED, r.labels), now, r.last_step, 1.0))
-            return out
-        if before is None or not before.alive:
-            return out
-        # The writer was alive and is gone, and nothing said the run ended.
-        reason = EndReason.FINISHED if not before.holding else EndReason.LOST
+        if writer.exit_status is not None:  # the process is gone, and its status says how
+            return self.exited(source, run, writer.exit_status, now)
+        if writer.verified and (before is None or not before.alive):
+            return out  # seen gone already (or never seen alive): said when it went
+        # The process is gone and nothing says how the run ended: a writer that still held its files
+        # vanished (lost), one that closed them (or was never seen holding them: torch's writer opens its
+        # file only to write) ended for an unknown reason. Never "finished" on this alone.
+        reason: EndReason | None = None
+        if writer.verified and before is not None and before.holding:
+            reason = EndReason.LOST
         if r.stop_requested:
             reason = EndReason.KILLED
         self._end(r, reason, now, out, say_finished=True)
@@ -223,15 +232,28 @@ class RunTracker:
         """The run's process (alertd's own child) exited: `status` as subprocess's returncode."""
         r = self._run(source, run)
         out: list[Sample] = []
-        r.exit_code = status
         reason = EndReason.FINISHED if status == 0 else (EndReason.KILLED if status < 0 else EndReason.CRASHED)
         if r.stop_requested and status != 0 and reason is not EndReason.KILLED:
             reason = EndReason.KILLED
-        if r.state is RunState.ENDED and r.reason is reason:
-            return out
-        if r.state is RunState.ENDED:  # the data said one thing, the exit status says better
-            r.state = RunState.RUNNING
-        self._end(r, reason, now, out, say_finished=True)
+        if r.state is RunState.ENDED:
+            if r.reason in (EndReason.CRASHED, EndReason.KILLED) or r.reason is reason:
+                # A crash the data showed (a traceback, CUDA out of memory) stays a crash whatever the
+                # status; the same end said again is not a new one.
+                if r.exit_code is None:
+                    r.exit_code = status
+                return out
+            self._retract(r, now, out)  # the data said finished, unknown or lost: the status says better
+        r.exit_code = status
+        self._end(r, reason, now, out, say_finished=r.state is not RunState.ENDED)
+        return out
+
+    def ended_unseen(self, source: str, run: str, now: float) -> list[Sample]:
+        """The run's last episode ended while no one watched (alertd was not running): ended now, reason
+        unknown. Nothing when it is known ended."""
+        r = self._run(source, run)
+        out: list[Sample] = []
+        if r.state is not RunState.ENDED:
+            self._end(r, None, now, out, say_finished=True)
         return out
 
     def tick(self, now: float) -> list[Sample]:
@@ -398,13 +420,18 @@ class RunTracker:
         elif metric == STOPPED and value > 0:
             run.stop_requested = True
         elif metric == EXIT_CODE and math.isfinite(value):
-            run.exit_code = int(value)
-            if run.state is RunState.ENDED and run.exit_code != 0 and run.reason is EndReason.FINISHED:
-                run.reason = EndReason.CRASHED  # the code came after the finish marker
+            if run.state is RunState.ENDED and int(value) != 0 and run.reason is EndReason.FINISHED:
+                self._retract(run, t, out)  # the code came after the finish marker
+                run.exit_code = int(value)
+                run.reason = EndReason.CRASHED
+                out.append(self._end_sample(run, t))
+            else:
+                run.exit_code = int(value)
         elif metric == CRASHED:
             run._crashed = value > 0
             if run.state is RunState.ENDED:
                 if value > 0 and run.reason is EndReason.FINISHED:  # `run.finished` came first
+                    self._retract(run, t, out)
                     run.reason = EndReason.CRASHED
                     out.append(self._end_sample(run, t))
             elif value > 0:
@@ -416,7 +443,7 @@ class RunTracker:
                 reason = EndReason.KILLED
             self._end(run, reason, t, out, say_finished=False)
 
-    def _end(self, run: Run, reason: EndReason, t: float, out: list[Sample], *, say_finished: bool) -> None:
+    def _end(self, run: Run, reason: EndReason | None, t: float, out: list[Sample], *, say_finished: bool) -> None:
         if run.state is RunState.STALLED:
             out.append(Sample(SeriesKey(STALLED, run.labels), t, run.last_step, 0.0))
         run.state, run.reason, run.ended_at = RunState.ENDED, reason, t
@@ -424,12 +451,25 @@ class RunTracker:
         if say_finished:
             out.append(Sample(SeriesKey(FINISHED, run.labels), t, run.last_step, 1.0))
 
-    def _end_sample(self, run: Run, t: float) -> Sample:
+    def _retract(self, run: Run, t: float, out: list[Sample]) -> None:
+        """The run's end as said so far was wrong (better evidence came): its `run.end` series back to 0."""
+        if run.state is RunState.ENDED:
+            out.append(self._end_sample(run, t, 0.0))
+
+    def _restart(self, run: Run, t: float, out: list[Sample]) -> None:
+        """An ended run writes again (relaunched under its name, or resumed): a new episode. Its end series
+        go back to 0, so the alerts of the last end resolve and `absent` watches it again."""
+        out.append(self._end_sample(run, t, 0.0))
+        out.append(Sample(SeriesKey(FINISHED, run.labels), t, run.last_step, 0.0))
+        run.state, run.reason, run.exit_code, run.ended_at = RunState.RUNNING, None, None, None
+        run._crashed = run.stop_requested = False
+
+    def _end_sample(self, run: Run, t: float, value: float = 1.0) -> Sample:
         extra = {"reason": run.reason.value if run.reason else "unknown"}
         if run.exit_code is not None:
             extra["exit_code"] = str(run.exit_code)
         labels = make_labels({**dict(run.labels), **extra})
-        return Sample(SeriesKey(END, labels), t, run.last_step, 1.0)
+        return Sample(SeriesKey(END, labels), t, run.last_step, value)
 
 
 def _kind(key: SeriesKey) -> int | tuple[str, str]:

@@ -62,26 +62,84 @@ def test_an_exit_status_from_alertd_s_own_child() -> None:
     assert derived(runs.exited("src", "r2", -9, 6))[0] == ("run.end", 6, 1.0, {"reason": "killed", "exit_code": "-9"})
 
 
-def test_a_writer_that_vanishes_holding_its_files_is_lost_one_that_closed_them_finished() -> None:
+def test_a_writer_that_vanishes_holding_its_files_is_lost_one_that_closed_them_ended_unknown() -> None:
+    # Closing the files and exiting is what a crash does too: "finished" is never said on that alone.
     runs = RunTracker()
     runs.observe([s("loss", 0, 1, run="a"), s("loss", 0, 1, run="b")])
     for run, holding in (("a", True), ("b", False)):
         runs.writer("src", run, Writer("h", 10, True, True, True), 1)
         runs.writer("src", run, Writer("h", 10, True, True, holding), 2)
     assert derived(runs.writer("src", "a", Writer("h", 10, True, False, True), 3))[0][3] == {"reason": "lost"}
-    assert derived(runs.writer("src", "b", Writer("h", 10, True, False, False), 3))[0][3] == {"reason": "finished"}
+    assert derived(runs.writer("src", "b", Writer("h", 10, True, False, False), 3)) == [
+        ("run.end", 3, 1.0, {"reason": "unknown"}),
+        ("run.finished", 3, 1.0, {}),
+    ]
+    assert runs.runs[("src", "b")].reason is None
 
 
-def test_a_run_whose_unverified_writer_is_gone_ends_quietly_and_never_stalls() -> None:
+def test_a_run_whose_unverified_writer_is_gone_ends_unknown_and_never_stalls() -> None:
     runs = RunTracker(stall_after=60)
     runs.observe([s("loss", 0, 1)], now=0)
     runs.writer("src", "r1", Writer("h", 10, False, True, False), 1)
     assert derived(runs.tick(61)) == [("run.stalled", 60, 1.0, {})]  # the pid lives: a hung run
     got = runs.writer("src", "r1", Writer("h", 10, False, False, False), 70)
-    assert derived(got) == [("run.stalled", 70, 0.0, {}), ("run.finished", 70, 1.0, {})]  # no run.end
+    assert derived(got) == [
+        ("run.stalled", 70, 0.0, {}),
+        ("run.end", 70, 1.0, {"reason": "unknown"}),
+        ("run.finished", 70, 1.0, {}),
+    ]
     r = runs.runs[("src", "r1")]
     assert r.state is RunState.ENDED and r.reason is None
     assert runs.tick(1000) == []
+
+
+def test_a_writer_seen_as_a_zombie_tells_how_it_ended_by_its_status() -> None:
+    runs = RunTracker()
+    runs.observe([s("loss", 0, 1, run=name) for name in ("ok", "bad", "sig")])
+    for name in ("ok", "bad", "sig"):
+        runs.writer("src", name, Writer("h", 10, False, True, False), 1)
+    ok = runs.writer("src", "ok", Writer("h", 10, False, False, False, exit_status=0), 2)
+    bad = runs.writer("src", "bad", Writer("h", 11, False, False, False, exit_status=1), 2)
+    sig = runs.writer("src", "sig", Writer("h", 12, False, False, False, exit_status=-9), 2)
+    assert derived(ok)[0] == ("run.end", 2, 1.0, {"reason": "finished", "exit_code": "0"})
+    assert derived(bad)[0] == ("run.end", 2, 1.0, {"reason": "crashed", "exit_code": "1"})
+    assert derived(sig)[0] == ("run.end", 2, 1.0, {"reason": "killed", "exit_code": "-9"})
+
+
+def test_a_fatal_log_line_then_exit_0_stays_one_crashed_end() -> None:
+    # `alertd exec` of a script that prints a CUDA-OOM traceback and exits 0: crashed, once; never finished too.
+    runs = RunTracker()
+    got = runs.observe([s("loss", 0, 1), s("run.crashed", 1), s("run.finished", 1)])
+    assert derived(got) == [("run.end", 1, 1.0, {"reason": "crashed"})]
+    assert runs.exited("src", "r1", 0, 2) == []
+    r = runs.runs[("src", "r1")]
+    assert r.reason is EndReason.CRASHED and r.exit_code == 0
+
+
+def test_better_evidence_retracts_the_earlier_end() -> None:
+    # HF's summary said finished; the exit status 3 says crashed: run.end{finished} back to 0, crashed 1.
+    runs = RunTracker()
+    runs.observe([s("loss", 0, 19), s("train_runtime", 1, 20, 12.5)])
+    assert derived(runs.exited("src", "r1", 3, 2)) == [
+        ("run.end", 2, 0.0, {"reason": "finished"}),
+        ("run.end", 2, 1.0, {"reason": "crashed", "exit_code": "3"}),
+    ]
+    # ... and the same end said again (status 0 after the summary) is not a new end.
+    runs.observe([s("loss", 0, 19, run="r2"), s("train_runtime", 1, 20, 12.5, run="r2")])
+    assert runs.exited("src", "r2", 0, 2) == []
+
+
+def test_a_relaunch_under_the_same_name_sets_the_end_back_to_0() -> None:
+    runs = RunTracker()
+    runs.observe([s("loss", 0, 1)])
+    runs.exited("src", "r1", 1, 5)
+    got = runs.observe([s("loss", 10, 1)])
+    assert derived(got) == [
+        ("run.end", 10, 0.0, {"reason": "crashed", "exit_code": "1"}),
+        ("run.finished", 10, 0.0, {}),
+    ]
+    r = runs.runs[("src", "r1")]
+    assert r.state is RunState.RUNNING and r.reason is None and r.exit_code is None
 
 
 def test_a_started_run_without_an_end_is_lost_at_the_end_of_a_replay() -> None:
