@@ -52,6 +52,8 @@ NO_STEP = -(2**63)
 """The step stored for samples that have none (NVML)."""
 
 FINISHED_METRIC = "run.finished"
+MAX_ENDS = 100_000
+"""Ends (`ended_since`) remembered at most; the oldest are forgotten first."""
 """A sample of this metric with value 1 marks its run (same `source` and `run` labels) as finished."""
 
 DROPPED_METRIC = "alertd.series.dropped"
@@ -190,6 +192,9 @@ class SeriesBuffer:
         self._finished: dict[tuple[str | None, str | None], float] = {}
         self._lineage: dict[SeriesKey, list[SeriesKey]] = {}
         self._superseded: dict[SeriesKey, float] = {}
+        self._ends: dict[tuple[str | None, str | None] | SeriesKey, int] = {}
+        """Runs that were marked finished and series another process took over, each with the buffer version
+        that saw it, oldest first (re-inserted on change): what `ended_since` walks back."""
         self.version = 0
         self._changed: dict[SeriesKey, int] = {}
         self._per_source: Counter[str] = Counter()
@@ -247,8 +252,8 @@ class SeriesBuffer:
             if restart is not None:
                 restarts.append(restart)
             latest = max(latest, sample.time)
-            if key.metric == FINISHED_METRIC and sample.value == 1.0:
-                self._note_finished(key, sample.time)
+            if key.metric == FINISHED_METRIC:
+                self._note_finished(key, sample.time, sample.value)
         self._finish(touched, dropped, latest, now)
         return restarts
 
@@ -339,9 +344,8 @@ class SeriesBuffer:
             series.values.frombytes(v.tobytes())
             series.steps.frombytes((steps if rows is None else steps[rows]).tobytes())
             if key.metric == FINISHED_METRIC:
-                done = v == 1.0
-                if bool(done.any()):
-                    self._note_finished(key, float(t[done].min()))
+                for when, value in zip(t.tolist(), v.tolist(), strict=True):
+                    self._note_finished(key, when, value)
         self._finish(touched, dropped, float(times.max()), now)
         return True
 
@@ -403,9 +407,37 @@ class SeriesBuffer:
         """How many series each source has (alertd's own not counted)."""
         return {s: n for s, n in self._per_source.items() if n}
 
-    def _note_finished(self, key: SeriesKey, time: float) -> None:
+    def _note_finished(self, key: SeriesKey, time: float, value: float) -> None:
+        """`run.finished` = 1: the run ended (its earliest end in this episode counts); = 0 at or after that
+        end: it runs again (a relaunch, a resume), so its end no longer holds."""
         run = (key.label("source"), key.label("run"))
-        self._finished[run] = min(time, self._finished.get(run, math.inf))
+        done = self._finished.get(run)
+        if value == 1.0:
+            if done is None or time < done:
+                self._finished[run] = time
+                self._ended_now(run)
+        elif value == 0.0 and done is not None and time >= done:
+            del self._finished[run]
+
+    def _ended_now(self, what: tuple[str | None, str | None] | SeriesKey) -> None:
+        self._ends.pop(what, None)
+        self._ends[what] = self.version + 1  # the version the append under way will have
+        if len(self._ends) > MAX_ENDS:
+            del self._ends[next(iter(self._ends))]
+
+    def ended_since(self, version: int) -> tuple[set[tuple[str | None, str | None]], set[SeriesKey]]:
+        """The runs marked finished (as (source, run) pairs), and the series taken over by another process,
+        after buffer version `version`. The cost follows their number, not the buffer's."""
+        runs: set[tuple[str | None, str | None]] = set()
+        series: set[SeriesKey] = set()
+        for what in reversed(self._ends):
+            if self._ends[what] <= version:
+                break
+            if isinstance(what, SeriesKey):
+                series.add(what)
+            else:
+                runs.add(what)
+        return runs, series
 
     def _note_writer(self, key: SeriesKey, time: float) -> None:
         lineage = _lineage(key)
@@ -415,7 +447,12 @@ class SeriesBuffer:
             last = self._series[older].last_time()
             if last is not None and last < time and older not in self._superseded:
                 self._superseded[older] = time
+                self._ended_now(older)
         self._lineage[lineage].append(key)
+
+    def run_finished_at(self, key: SeriesKey) -> float | None:
+        """When the series' run was marked finished (same source and run labels), if it was."""
+        return self._finished.get((key.label("source"), key.label("run")))
 
     def finished_at(self, key: SeriesKey) -> float | None:
         """When the series stopped for a known reason: its run was marked finished (same source and run

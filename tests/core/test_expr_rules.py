@@ -193,9 +193,14 @@ def test_for_waits_for_the_data_of_every_series_until_the_run_is_known_finished(
         ("pending", 1.0),
         ("inactive", 3.0),
     ]
-    # the run ends without train ever reaching step 2: step 2 is not judged, and time goes on
+    # the run ends without train ever reaching step 2: step 2 is not judged, and time goes on; the alert
+    # of a run that has ended resolves at its end
     done = [*data, Sample(key("run.finished"), 50.0, None, 1.0)]
-    assert [(t[2], t[0]) for t in replayed([r], [done], until=100.0)] == [("pending", 1.0), ("firing", 11.0)]
+    assert [(t[2], t[0]) for t in replayed([r], [done], until=100.0)] == [
+        ("pending", 1.0),
+        ("firing", 11.0),
+        ("resolved", 50.0),
+    ]
 
 
 def test_an_unchanged_expr_rule_keeps_its_place_across_a_reload() -> None:

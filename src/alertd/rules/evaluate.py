@@ -38,6 +38,16 @@ from alertd.rules.state import Track, advance, next_event, set_condition
 
 PairKey = tuple[str, SeriesKey]
 
+RUN_LIFE = ("run.", "slurm.job.end")
+"""Metric names (prefixes) of the series that tell a run's life and how it ended: their alerts (`run_crashed`,
+`slurm_job_failed`) are about the end, so the end does not resolve them; every other alert of a run that
+has ended does."""
+
+
+def ends_with_run(key: SeriesKey) -> bool:
+    """Whether the alerts on `key` resolve once its run has ended (all but the run-life series)."""
+    return not key.metric.startswith(RUN_LIFE)
+
 
 @dataclass(frozen=True)
 class EvalState:
@@ -193,7 +203,7 @@ class _Run:
         if tr.generation != series.generation:
             tr.streak = 0
         absent = rule.absent
-        finished_at = self.buffer.finished_at(series.key) if absent else None
+        finished_at = self._finished_at(rule, series.key)
         cond, need, emit, inactive = rule.condition, rule.consecutive, self.emit, AlertState.INACTIVE
         times, values = series.times, series.values
         for i in range(series.index(first), len(times)):
@@ -260,7 +270,7 @@ class _Run:
             return None
         self._tracks_w()[pair] = tr
         self.written.add(pair)
-        self._settle(rule, pair, tr, None, *_horizon(members, last, finished, now))
+        self._settle(rule, pair, tr, self._finished_at(rule, pair[1]), *_horizon(members, last, finished, now))
         return pair
 
     def _expr_horizon(self, expr: Expr, pair: PairKey, now: float) -> tuple[float, bool]:
@@ -300,7 +310,15 @@ class _Run:
             tr = self._tracks_w()[pair] = tr.copy()
             self.written.add(pair)
         self._rule, self._key = rule, pair[1]
-        self._settle(rule, pair, tr, self.buffer.finished_at(pair[1]) if rule.absent else None, now, inclusive)
+        self._settle(rule, pair, tr, self._finished_at(rule, pair[1]), now, inclusive)
+
+    def _finished_at(self, rule: Rule, key: SeriesKey) -> float | None:
+        """When `key` stopped for a known reason, for the rule's time-based changes: an `absent` rule stops
+        when its run ended or another process took the series over; any other alert resolves when its run
+        ended (not on the run-life series; a writer taking over is no end: ranks write side by side)."""
+        if rule.absent is not None:
+            return self.buffer.finished_at(key)
+        return self.buffer.run_finished_at(key) if ends_with_run(key) else None
 
     def _settle(
         self, rule: Rule, pair: PairKey, tr: Track, finished_at: float | None, now: float, inclusive: bool = True
@@ -331,6 +349,15 @@ class _Run:
             self.joins = dict(self.joins)
             self._own_joins = True
         return self.joins  # type: ignore[return-value]
+
+    def timers_due(self, pair: PairKey, now: float) -> None:
+        """Look at `pair`'s time-based changes at this evaluation (its run ended since the last one)."""
+        tr = self.tracks.get(pair)
+        if tr is None:
+            return
+        due = next_event(self.ruleset.by_name[pair[0]], tr, self._finished_at(self.ruleset.by_name[pair[0]], pair[1]))
+        if due is not None and due <= now and self.timers.get(pair) != due:
+            self._timers_w()[pair] = due
 
     def _timers_w(self) -> dict[PairKey, float]:
         """The timers, to change (copied once, as the tracks)."""
@@ -377,6 +404,14 @@ def evaluate(
             continue
         if pair is not None:
             touched.add(pair)
+    ended_runs, taken_over = buffer.ended_since(prev.version)
+    if ended_runs or taken_over:  # alerts whose run ended meanwhile: the end is a time-based change of theirs
+        for pair in prev.active_pairs() - touched:
+            key = pair[1]
+            if pair[0] in ruleset.by_name and (
+                key in taken_over or (key.label("source"), key.label("run")) in ended_runs
+            ):
+                run.timers_due(pair, now)
     for pair in [p for p, t in run.timers.items() if t <= now and p not in touched]:
         touched.add(pair)
         if pair[0] not in ruleset.by_name:

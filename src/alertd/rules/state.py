@@ -68,7 +68,12 @@ class Track:
 
 
 def next_event(rule: Rule, tr: Track, finished_at: float | None) -> float | None:
-    """When the next time-based change of this pair is due, if any."""
+    """When the next time-based change of this pair is due, if any.
+
+    `finished_at`: when the series' run ended (or another process took the series over), if it did. An
+    absence ends then; so does any other condition that holds on the series' last sample: the alerts of a
+    run that has ended resolve (the caller passes None for the series that tell how a run ended).
+    """
     due = math.inf
     absent = rule.absent
     if absent is not None and tr.last_time is not None:
@@ -78,6 +83,8 @@ def next_event(rule: Rule, tr: Track, finished_at: float | None) -> float | None
                 due = onset
         elif finished_at is not None:
             due = max(finished_at, tr.active_at)  # An absence ends once the run is known finished or taken over.
+    elif finished_at is not None and tr.cond and tr.last_time is not None and finished_at >= tr.last_time:
+        due = max(finished_at, tr.clock)  # no sample after the end: the condition holds no more from then
     if tr.state is AlertState.PENDING and tr.cond:
         due = min(due, tr.active_at + rule.hold)
     if tr.state is AlertState.FIRING and tr.keep_since is not None:
