@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from alertd.dispatch.outbox import Outbox
 from alertd.dispatch.pipeline import MAX_RETRY_AFTER, Backoff, Delivery, DeliveryCounters, Outcome
@@ -51,8 +52,11 @@ class Dispatcher:
         backoff: Backoff | None = None,
         rng: random.Random | None = None,
         max_retry_after: float = MAX_RETRY_AFTER,
+        immediate: frozenset[str] = frozenset(),
     ) -> None:
         self.route = route
+        self.immediate = immediate
+        """Receivers told of each firing at once and alone (the actions; see `alertd.dispatch.plan`)."""
         self.inhibit_rules = tuple(inhibit_rules)
         self.silences = silences if silences is not None else SilenceStore()
         self.outbox = outbox
@@ -101,6 +105,7 @@ class Dispatcher:
                 inhibit_rules=self.inhibit_rules,
                 silences=silences,
                 now=now,
+                immediate=self.immediate,
             )
             notes += result.notifications
             muted += result.suppressed
@@ -112,6 +117,13 @@ class Dispatcher:
         self._next_plan = result.next_run
         self.last_plan = Plan(tuple(notes), tuple(muted), state, updates, result.next_run)
         return self.last_plan
+
+    def flush_groups(self, alerts: Mapping[str, Alert] | None, now: float) -> Plan:
+        """Flush every open group now, whatever its timers say, and commit the plan (`alertd exec` ends: what
+        waits for a `group_interval` would otherwise be told only when an alertd opens this state again)."""
+        groups = {k: replace(g, next_flush=min(g.next_flush, now)) for k, g in self._state.groups.items()}
+        self._state = PlanState(groups, self._state.log)
+        return self.submit((), alerts, now)
 
     async def deliver_due(self, now: float) -> list[Outcome]:
         """Send everything in the outbox that is due at `now`."""
@@ -128,9 +140,12 @@ class Dispatcher:
         route: Route,
         inhibit_rules: Sequence[InhibitRule] = (),
         notifiers: Mapping[str, Notifier] | None = None,
+        immediate: frozenset[str] | None = None,
     ) -> None:
         """Use a reloaded configuration; open groups keep the route they were made with until flushed."""
         self.route = route
+        if immediate is not None:
+            self.immediate = immediate
         self.inhibit_rules = tuple(inhibit_rules)
         if notifiers is not None:
             self.delivery.notifiers = dict(notifiers)

@@ -11,6 +11,12 @@ Timing, per group (one route, one set of group labels) as in Alertmanager's `dis
 At each flush, per receiver, `DedupStage.needsUpdate` decides: send when a firing alert is new to the
 notification log, when all alerts resolved after firing ones were sent, when resolved alerts are new and
 `send_resolved` is on, or when `repeat_interval` has passed since the last send.
+
+Receivers named `immediate` (the actions: kill, stop_file, wandb_stop, slurm) are not grouped: each alert
+that turns FIRING is handed to each of them at once, alone, in the planning call that saw the transition
+(after silences, inhibitions and the route's mute intervals, as for everyone), and never again: no
+group_wait, no group_interval, no repeats, no resolutions. An action acts once per firing, within
+milliseconds, whatever an earlier alert of the same group did.
 """
 
 from __future__ import annotations
@@ -96,11 +102,13 @@ def plan(
     inhibit_rules: Sequence[InhibitRule] = (),
     silences: Sequence[Silence] = (),
     now: float,
+    immediate: frozenset[str] = frozenset(),
 ) -> Plan:
     """Plan the notifications due at `now`.
 
     `alerts` is the engine's current pending/firing alerts; when given, firing alerts no group holds
     (after a restart) are added, and alerts that vanished from it without a transition count as resolved.
+    `immediate`: the receivers that get each new firing alone and at once (see the module docstring).
     """
     groups = dict(state.groups)
     unrouted: list[Suppressed] = []
@@ -115,11 +123,15 @@ def plan(
     updates: dict[LogKey, LogEntry] = {}
     sent: list[Notification] = []
     muted: list[Suppressed] = list(unrouted)
+    if immediate:
+        notes, supp = _immediate(transitions, route, immediate, sources, inhibit_rules, active, now)
+        sent += notes
+        muted += supp
     for key in sorted(groups):
         group = groups[key]
         if group.next_flush > now:
             continue
-        notes, supp, entries = _flush(group, log, sources, inhibit_rules, active, now)
+        notes, supp, entries = _flush(group, log, sources, inhibit_rules, active, now, immediate)
         sent += notes
         muted += supp
         updates.update(entries)
@@ -263,6 +275,42 @@ def _firing_sources(groups: Mapping[str, Group], alerts: Mapping[str, Alert] | N
     }
 
 
+def _immediate(
+    transitions: Sequence[Transition],
+    root: Route,
+    immediate: frozenset[str],
+    sources: Mapping[str, Mapping[str, str]],
+    rules: Sequence[InhibitRule],
+    silences: Sequence[Silence],
+    now: float,
+) -> tuple[list[Notification], list[Suppressed]]:
+    """Each new firing, alone, to each immediate receiver its routes name (once per receiver)."""
+    notes: list[Notification] = []
+    muted: list[Suppressed] = []
+    for t in transitions:
+        if not _firing(t):
+            continue
+        labels = alert_label_map(t.rule, t.labels, t.severity)
+        done: set[str] = set()
+        for r in _routes_for(t, labels, root):
+            receivers = [x for x in r.receivers if x in immediate and x not in done]
+            if not receivers:
+                continue
+            done.update(receivers)
+            glabels = r.group_labels(labels)
+            gkey = group_key(r, glabels)
+            why = _mute_reason(t, sources, rules, silences)
+            if why is None and (mute := r.muted_by(now)) is not None:
+                why = ("muted", mute)
+            if why is not None:
+                muted.append(Suppressed(t.fingerprint, t.rule, t.labels, gkey, why[0], why[1]))
+                continue
+            for receiver in receivers:
+                key = idempotency_key(receiver, gkey, "firing", (t,))
+                notes.append(Notification(receiver, gkey, glabels, "firing", (t,), key, now))
+    return notes, muted
+
+
 def _mute_reason(
     t: Transition,
     sources: Mapping[str, Mapping[str, str]],
@@ -287,6 +335,7 @@ def _flush(
     rules: Sequence[InhibitRule],
     silences: Sequence[Silence],
     now: float,
+    immediate: frozenset[str] = frozenset(),
 ) -> tuple[list[Notification], list[Suppressed], dict[LogKey, LogEntry]]:
     kept: dict[str, Transition] = {}
     muted: list[Suppressed] = []
@@ -307,6 +356,8 @@ def _flush(
     entries: dict[LogKey, LogEntry] = {}
     r = group.route
     for receiver in r.receivers:
+        if receiver in immediate:
+            continue  # told of each firing at once (`_immediate`), never by the group
         entry = log.get((group.key, receiver))
         if not needs_update(entry, firing, resolved, r.send_resolved, r.repeat_interval, now):
             continue
