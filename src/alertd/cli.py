@@ -130,6 +130,8 @@ def _check(ns: argparse.Namespace) -> int:
                 print(f"error: {problem}")
             status = 1
             continue
+        for warning in cfg.warnings:
+            print(f"warning: {warning}")
         print(f"{path}: ok ({len(cfg.rules)} rules, {len(cfg.sources)} sources, {len(cfg.notifiers)} notifiers)")
     return status
 
@@ -164,6 +166,8 @@ def _test(ns: argparse.Namespace) -> int:
 
 def _dry_run(ns: argparse.Namespace) -> int:
     cfg = load_config(ns.rules)
+    for warning in cfg.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     until = _parse_until(ns.until)
     if ns.plot is not None:
         from alertd.plot.output import PlotError, plot_format

@@ -6,9 +6,8 @@ listing every problem of every file, each with its place (`rules[3].condition`) 
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, get_args
 
@@ -23,14 +22,17 @@ from pydantic import (
 )
 
 from alertd.buffer import BufferLimits
+from alertd.config_hints import did_you_mean, model_at, nearest, union_tags, unknown_key, unknown_word
 from alertd.config_types import Duration, Strict
 from alertd.config_windows import PlateauSpec, ZScoreSpec, is_window_condition, number_value, window_condition
+from alertd.dispatch.matchers import Matcher, MatchOp, parse_matchers
 from alertd.dispatch.route_config import InhibitRuleConfig, RouteConfig, TimeIntervalConfig, check_time_intervals
 from alertd.durations import parse_duration
 from alertd.errors import ConfigError, Problem
 from alertd.model import make_labels
 from alertd.notify.config import LogConfig, NotifierConfig
 from alertd.rules.conditions import (
+    AGGREGATES,
     OPS,
     Absent,
     Condition,
@@ -98,21 +100,62 @@ class TrendSpec(Strict):
     min_delta: float = Field(default=0.0, ge=0)
 
 
+def _absent(spec: Any) -> Condition:
+    seconds = parse_duration(spec)
+    if seconds <= 0:
+        raise ValueError("absent needs a duration above zero, such as 10m")
+    return Absent(seconds)
+
+
+def _trend(kind: Literal["increasing", "decreasing"]) -> Callable[[Any], Condition]:
+    return lambda spec: Trend(kind, TrendSpec.model_validate(spec or {}).min_delta)
+
+
+CONDITION_WORDS: dict[str, Callable[[], Condition]] = {
+    "nonfinite": Nonfinite,
+    "increasing": lambda: Trend("increasing"),
+    "decreasing": lambda: Trend("decreasing"),
+}
+"""The conditions written as one word (`condition: nonfinite`); a comparison (`> 100`) is the other string form."""
+
+CONDITION_KINDS: dict[str, Callable[[Any], Condition]] = {
+    "spike": lambda spec: SpikeSpec.model_validate(spec).build(),
+    "absent": _absent,
+    "increasing": _trend("increasing"),
+    "decreasing": _trend("decreasing"),
+    "nonfinite": lambda _: Nonfinite(),
+    "expr": parse_expr,  # an ExprError is a ValueError saying where
+    "zscore": lambda spec: ZScoreSpec.model_validate(spec if spec is not None else {}).build(),
+    "plateau": lambda spec: PlateauSpec.model_validate(spec if spec is not None else {}).build(),
+}
+"""The conditions written as a one-key mapping (`{spike: {ratio: 2}}`), by key. The aggregates over a window
+(`AGGREGATES`, with op and value) and `{op, value}` are the other mappings."""
+
+
+def condition_kinds() -> list[str]:
+    """Every kind of condition the rules file accepts, for messages: the words, the one-key mappings, the
+    aggregates over a window, and the comparisons."""
+    kinds = dict.fromkeys([*CONDITION_WORDS, *CONDITION_KINDS, *AGGREGATES])
+    return [*kinds, "a comparison ('> 100', or {op: '>', value: 100})"]
+
+
+def _unknown_condition(word: str) -> ValueError:
+    known = [*CONDITION_WORDS, *CONDITION_KINDS, *AGGREGATES]
+    hint = did_you_mean(word.strip(), known)
+    kinds = ", ".join(condition_kinds())
+    return ValueError(f"unknown condition {word[:100]!r}{hint} (known: {kinds})")
+
+
 def parse_condition(value: Any) -> Condition:
     """Turn the `condition:` value into a core condition, or raise ValueError saying what is accepted."""
     if isinstance(value, str):
         word = value.strip()
-        if word == "nonfinite":
-            return Nonfinite()
-        if word in ("increasing", "decreasing"):
-            return Trend(word)  # type: ignore[arg-type]
+        if word in CONDITION_WORDS:
+            return CONDITION_WORDS[word]()
         m = _THRESHOLD.match(word)
         if m:
             return Threshold(m.group(1), float(m.group(2)))
-        raise ValueError(
-            f"unknown condition {value!r}: use a comparison such as '> 100' or '<= 0.5', nonfinite, increasing, "
-            "decreasing, {spike: {...}} or {absent: 10m}"
-        )
+        raise _unknown_condition(value)
     if isinstance(value, Mapping):
         return _condition_from_mapping(value)
     raise ValueError(f"a condition is a string or a mapping, got {type(value).__name__}")
@@ -133,32 +176,14 @@ def _condition_from_mapping(value: Mapping[str, Any]) -> Condition:
         return window_condition(value)
     if len(keys) != 1:
         raise ValueError(
-            "a condition mapping has one key (spike, absent, increasing, decreasing, zscore, plateau, expr), "
-            "an aggregate (avg, min, max, sum, count, stddev, quantile) with op and value, or op and value, "
-            f"got {sorted(keys)}"
+            f"a condition mapping has one key ({', '.join(CONDITION_KINDS)}), "
+            f"an aggregate ({', '.join(AGGREGATES)}) with op and value, or op and value, got {sorted(map(str, keys))}"
         )
     ((kind, spec),) = value.items()
-    if kind == "spike":
-        return SpikeSpec.model_validate(spec).build()
-    if kind == "absent":
-        seconds = parse_duration(spec)
-        if seconds <= 0:
-            raise ValueError("absent needs a duration above zero, such as 10m")
-        return Absent(seconds)
-    if kind in ("increasing", "decreasing"):
-        return Trend(kind, TrendSpec.model_validate(spec or {}).min_delta)  # type: ignore[arg-type]
-    if kind == "nonfinite":
-        return Nonfinite()
-    if kind == "expr":
-        return parse_expr(spec)  # an ExprError is a ValueError saying where
-    if kind == "zscore":
-        return ZScoreSpec.model_validate(spec if spec is not None else {}).build()
-    if kind == "plateau":
-        return PlateauSpec.model_validate(spec if spec is not None else {}).build()
-    raise ValueError(
-        f"unknown condition {kind!r}: use spike, absent, increasing, decreasing, nonfinite, zscore, plateau, "
-        "an aggregate (avg, min, max, sum, count, stddev, quantile), expr or op/value"
-    )
+    build = CONDITION_KINDS.get(kind)
+    if build is None:
+        raise _unknown_condition(str(kind))
+    return build(spec)
 
 
 def _check_template(text: str) -> str:
@@ -331,6 +356,9 @@ class Config:
     export: ExportConfig = field(default_factory=ExportConfig)
     rule_files: Mapping[str, str] = field(default_factory=dict)
     """The file each rule was read from, by rule name."""
+    warnings: tuple[Problem, ...] = ()
+    """What is valid but likely a mistake (a severity no route matches): `alertd check` prints them, the
+    service logs them."""
 
 
 DEFAULT_RECEIVER = "console"
@@ -342,19 +370,23 @@ def load_config(paths: Sequence[str], env: Mapping[str, str] | None = None) -> C
     parsed: list[tuple[Document, RulesFile]] = []
     for path in paths:
         try:
-            doc = load_yaml(path, env)
+            doc = load_yaml(path, env, keep_going=True)
         except ConfigError as exc:
             problems.extend(exc.problems)
             continue
-        model = _validate(doc, problems)
-        if model is not None:
+        problems.extend(doc.problems)  # an unset variable, a duplicate key: reported with the schema's problems
+        model = _validate(doc, problems, frozenset(p.place for p in doc.problems))
+        if model is not None and not doc.problems:
             parsed.append((doc, model))
     if problems:
         raise ConfigError(problems)
     return _merge(parsed, tuple(paths))
 
 
-def _validate(doc: Document, problems: list[Problem]) -> RulesFile | None:
+def _validate(doc: Document, problems: list[Problem], skip: frozenset[str] = frozenset()) -> RulesFile | None:
+    """The file's model, or None with its problems added. None at or around a place in `skip`: a value that
+    an unset variable emptied is reported once, as the variable (not again as the empty value, nor as the
+    check of its entry that the empty value failed)."""
     data = doc.data if doc.data is not None else {}
     if not isinstance(data, dict):
         problems.append(Problem(doc.file, "", "the file must be a mapping with sources, notifiers, route and rules"))
@@ -363,27 +395,55 @@ def _validate(doc: Document, problems: list[Problem]) -> RulesFile | None:
         return RulesFile.model_validate(data)
     except ValidationError as exc:
         for err in exc.errors():
-            place, line = doc.line_of(err["loc"])
-            problems.append(Problem(doc.file, place, _message(err, doc), line))
+            loc = tuple(err["loc"])
+            if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+                loc = (*loc, "type")
+            place, line = doc.line_of(loc)
+            if _under(place, skip) or (_entry_check(err) and _inside(doc.line_of(loc, in_file=True)[0], skip)):
+                continue
+            problems.append(Problem(doc.file, place, _message(err), line))
         return None
 
 
-def _message(err: Any, doc: Document) -> str:
+def _entry_check(err: Any) -> bool:
+    """Whether the error is an entry's own check (a model validator), not one of its keys'."""
+    return bool(err["type"] == "value_error")
+
+
+def _under(place: str, places: frozenset[str]) -> bool:
+    """Whether `place` is one of `places` or inside one (`metric[0]` inside `metric`)."""
+    return place in places or any(place.startswith((f"{p}.", f"{p}[")) for p in places)
+
+
+def _inside(place: str, places: frozenset[str]) -> bool:
+    """Whether one of `places` is inside `place`."""
+    return any(p.startswith((f"{place}.", f"{place}[")) for p in places)
+
+
+_TAGGED = {"sources": "source type", "notifiers": "notifier type"}
+
+
+def _message(err: Any) -> str:
+    loc = tuple(err["loc"])
+    what = _TAGGED.get(str(loc[0]), "type") if loc else "type"
     if err["type"] == "extra_forbidden":
-        key = err["loc"][-1]
-        hint = _suggest(str(key))
-        return f"unknown key {key!r}" + (f" (did you mean {hint!r}?)" if hint else "")
+        return unknown_key(str(loc[-1]), model_at(RulesFile, loc))
+    if err["type"] == "union_tag_invalid":
+        known = re.findall(r"'([^']*)'", str(err["ctx"]["expected_tags"]))
+        return unknown_word(what, err["ctx"]["tag"], known)
+    if err["type"] == "list_type" and loc and loc[-1] in ("matchers", "source_matchers", "target_matchers"):
+        return "expected a list of matchers such as ['severity=\"critical\"']; a mapping is written under match:"
+    if err["type"] == "union_tag_not_found":
+        known = union_tags(_annotation_at(loc)) if loc else []
+        return f"`type:` is missing: give the {what}" + (f" (one of {', '.join(known)})" if known else "")
     msg = str(err["msg"])
     return msg[len("Value error, ") :] if msg.startswith("Value error, ") else msg
 
 
-def _suggest(key: str) -> str | None:
-    known: set[str] = set()
-    models = (RulesFile, RuleConfig, RouteConfig, BufferConfig, RunsConfig, SpikeSpec, InhibitRuleConfig, ExportConfig)
-    for model in (*models, *get_args(SourceConfig), *get_args(NotifierConfig)):
-        known.update(f.alias or name for name, f in model.model_fields.items())
-    hits = difflib.get_close_matches(key, sorted(known - {key}), n=1, cutoff=0.75)
-    return hits[0] if hits else None
+def _annotation_at(loc: tuple[str | int, ...]) -> Any:
+    """The annotation of the list or mapping items at loc[0] (`sources`, `notifiers`)."""
+    field = RulesFile.model_fields.get(str(loc[0]))
+    return get_args(field.annotation)[-1] if field is not None and get_args(field.annotation) else None
 
 
 def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> Config:
@@ -433,6 +493,7 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
     problems += _check_windows(parsed, rules, buffer)
     if problems:
         raise ConfigError(problems)
+    warnings = _check_severities(parsed, rules)
     return Config(
         files=files,
         rules=tuple(r.build() for _, _, r in rules.values()),
@@ -454,6 +515,7 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
         max_retry_after=delivery.max_retry_after,
         export=export,
         rule_files={name: file for name, (file, _, _) in rules.items()},
+        warnings=tuple(warnings),
     )
 
 
@@ -529,6 +591,79 @@ def _check_windows(
         if rule.consecutive > buffer.max_samples:
             problems.append(_place(_doc(parsed, file), ("rules", i, "consecutive"), "more than buffer.max_samples"))
     return problems
+
+
+SEVERITIES = ("critical", "warning", "info")
+"""The severities alertd's own rules use; a rule may use any other word, if a route or another rule does too."""
+
+
+def _severity_matchers(
+    parsed: list[tuple[Document, RulesFile]],
+) -> list[tuple[Document, tuple[str | int, ...], Matcher]]:
+    """Every matcher on `severity` of the route tree and the inhibit rules, with its file and place."""
+    out: list[tuple[Document, tuple[str | int, ...], Matcher]] = []
+
+    def add(
+        doc: Document,
+        loc: tuple[str | int, ...],
+        match: Mapping[str, str],
+        match_re: Mapping[str, str],
+        texts: Sequence[str],
+        names: tuple[str, str, str],
+    ) -> None:
+        for key, value in match.items():
+            out.append((doc, (*loc, names[0], key), Matcher(key, MatchOp.EQ, value)))
+        for key, value in match_re.items():
+            out.append((doc, (*loc, names[1], key), Matcher(key, MatchOp.RE, value)))
+        for i, text in enumerate(texts):
+            out.extend((doc, (*loc, names[2], i), m) for m in parse_matchers(text))
+
+    def walk(doc: Document, node: RouteConfig, loc: tuple[str | int, ...]) -> None:
+        add(doc, loc, node.match, node.match_re, node.matchers, ("match", "match_re", "matchers"))
+        for k, child in enumerate(node.routes):
+            walk(doc, child, (*loc, "routes", k))
+
+    for doc, model in parsed:
+        if model.route is not None:
+            walk(doc, model.route, ("route",))
+        for i, inhibit in enumerate(model.inhibit_rules):
+            for side in ("source", "target"):
+                names = (f"{side}_match", f"{side}_match_re", f"{side}_matchers")
+                match, match_re, texts = (getattr(inhibit, n) for n in names)
+                add(doc, ("inhibit_rules", i), match, match_re, texts, names)
+    return [(doc, loc, m) for doc, loc, m in out if m.name == "severity"]
+
+
+def _check_severities(
+    parsed: list[tuple[Document, RulesFile]], rules: Mapping[str, tuple[str, int, RuleConfig]]
+) -> list[Problem]:
+    """Warnings: a rule's severity that is none of SEVERITIES and that no matcher and no other rule uses
+    (`critcal`), and an equality matcher on a severity no rule has (when there are rules)."""
+    matchers = _severity_matchers(parsed)
+    matched = {m.value for _, _, m in matchers if m.op is MatchOp.EQ}
+    counts: dict[str, int] = {}
+    for _, _, rule in rules.values():
+        counts[rule.severity] = counts.get(rule.severity, 0) + 1
+    out: list[Problem] = []
+    for file, i, rule in rules.values():
+        sev = rule.severity
+        if sev in SEVERITIES or counts[sev] > 1 or any(m.matches({"severity": sev}) for _, _, m in matchers):
+            continue
+        known = [*SEVERITIES, *sorted(set(counts) - {sev}), *sorted(matched)]
+        hint = nearest(sev, known)
+        msg = f"severity {sev!r} is used by no route and no other rule" + (
+            f"; did you mean {hint!r}?" if hint else f" (the usual ones: {', '.join(SEVERITIES)})"
+        )
+        out.append(_place(_doc(parsed, file), ("rules", i, "severity"), msg))
+    for doc, loc, m in matchers if rules else []:
+        if m.op is not MatchOp.EQ or m.value in counts:
+            continue
+        hint = nearest(m.value, [*counts, *SEVERITIES])
+        msg = f"no rule has severity {m.value!r}, so this matcher matches no alert (the rules have: " + (
+            f"{', '.join(sorted(counts))})" + (f"; did you mean {hint!r}?" if hint else "")
+        )
+        out.append(_place(doc, loc, msg))
+    return out
 
 
 def _window_needs(cond: Condition) -> tuple[int, float, str] | None:

@@ -2,7 +2,8 @@
 
 The file is composed into nodes first, so every value keeps its line; environment variables are
 expanded in scalars (never in keys), after parsing, so a value can't change the file's structure.
-`$${` writes a literal `${`.
+`$${` writes a literal `${`. An unset variable or a duplicate key is raised at once, or with `keep_going`
+kept in `Document.problems` (the unset variable read as empty), so the file's other problems are found too.
 
 Bounds, so a hostile file can't hang `alertd check` or a reload: at most MAX_BYTES are read, and the
 document may hold at most MAX_NODES nodes once its aliases are expanded (a 461-byte "billion laughs"
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -36,14 +37,17 @@ class Document:
     file: str
     data: Any
     root: yaml.Node | None
+    problems: list[Problem] = field(default_factory=list)
+    """With `keep_going`: the unset variables and duplicate keys, each with its place."""
 
-    def line_of(self, loc: Sequence[str | int]) -> tuple[str, int | None]:
-        """The readable place (`rules[3].condition`) and line of a pydantic error location."""
+    def line_of(self, loc: Sequence[str | int], *, in_file: bool = False) -> tuple[str, int | None]:
+        """The readable place (`rules[3].condition`) and line of a pydantic error location (`in_file`: only
+        the parts that are in the file, so a missing key's place is its mapping's)."""
         node = self.root
         parts: list[str] = []
         line = node.start_mark.line + 1 if node is not None else None
         for n, elem in enumerate(loc):
-            last = n == len(loc) - 1
+            last = n == len(loc) - 1 and not in_file
             child = _child(node, elem)
             if child is None and not last:
                 continue  # A union's tag or a type name: not a place in the file.
@@ -66,7 +70,7 @@ def _child(node: yaml.Node | None, elem: str | int) -> yaml.Node | None:
     return None
 
 
-def load_yaml(path: str, env: Mapping[str, str] | None = None) -> Document:
+def load_yaml(path: str, env: Mapping[str, str] | None = None, *, keep_going: bool = False) -> Document:
     """Parse `path`, expanding `${VAR}` from `env` (default: the process environment)."""
     env = os.environ if env is None else env
     try:
@@ -79,11 +83,12 @@ def load_yaml(path: str, env: Mapping[str, str] | None = None) -> Document:
         raise ConfigError([Problem(path, "", f"the file is not UTF-8 text ({where})")]) from None
     if len(text) > MAX_BYTES:
         raise ConfigError([Problem(path, "", f"the file is larger than {MAX_BYTES // 1024} KiB")])
-    return parse_yaml(text, path, env)
+    return parse_yaml(text, path, env, keep_going=keep_going)
 
 
-def parse_yaml(text: str, file: str, env: Mapping[str, str]) -> Document:
-    """Parse YAML text; raise ConfigError with the line of a syntax error or a bad variable."""
+def parse_yaml(text: str, file: str, env: Mapping[str, str], *, keep_going: bool = False) -> Document:
+    """Parse YAML text; raise ConfigError with the line of a syntax error, or of a bad variable or a duplicate
+    key (with `keep_going`, those two are kept in `Document.problems` instead)."""
     loader: yaml.SafeLoader | None = None
     try:
         loader = yaml.SafeLoader(text)
@@ -92,7 +97,7 @@ def parse_yaml(text: str, file: str, env: Mapping[str, str]) -> Document:
         if root is not None:
             _check_size(root, file)
             _expand(root, loader, env, file, problems, "", set())
-        if problems:
+        if problems and not keep_going:
             raise ConfigError(problems)
         data = loader.construct_document(root) if root is not None else None
     except yaml.MarkedYAMLError as exc:
@@ -107,7 +112,7 @@ def parse_yaml(text: str, file: str, env: Mapping[str, str]) -> Document:
     finally:
         if loader is not None:
             loader.dispose()
-    return Document(file, data, root)
+    return Document(file, data, root, problems)
 
 
 def _check_size(root: yaml.Node, file: str) -> None:

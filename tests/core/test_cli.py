@@ -30,9 +30,81 @@ def test_check_names_an_unknown_key_and_exits_1(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert (
         done.stdout.splitlines()[0]
-        == f"error: {bad}:5: rules[0].sevrity: unknown key 'sevrity' (did you mean 'severity'?)"
+        == f"error: {bad}:5: rules[0].sevrity: unknown key 'sevrity'; did you mean 'severity'? (the keys here: "
+        "annotations, condition, consecutive, for, keep_firing_for, labels, labels_match, metric, name, notify, "
+        "severity)"
     )
     assert "rules/default.yaml: ok" in done.stdout  # Every file is checked.
+
+
+def test_check_warns_of_a_severity_no_route_uses_and_of_a_matcher_no_rule_has(tmp_path: Path) -> None:
+    rules = tmp_path / "sev.yaml"
+    rules.write_text(
+        "notifiers: {console: {type: log}, pager: {type: log}}\n"
+        "route:\n"
+        "  receivers: [console]\n"
+        "  routes:\n"
+        "    - {match: {severity: critical}, receivers: [pager]}\n"
+        "    - {matchers: ['severity=\"warnign\"'], receivers: [console]}\n"
+        "rules:\n"
+        "  - {name: loss_nan, metric: loss, condition: nonfinite, severity: critcal}\n"
+        "  - {name: grad_high, metric: grad_norm, condition: '> 100', severity: warning}\n"
+        "  - {name: gpu_hot, metric: gpu.temperature, condition: '> 83', severity: critical}\n"
+    )
+    done = alertd("check", str(rules))
+    assert done.returncode == 0, done.stdout + done.stderr  # warnings, not errors
+    assert done.stdout.splitlines() == [
+        f"warning: {rules}:8: rules[0].severity: severity 'critcal' is used by no route and no other rule; "
+        "did you mean 'critical'?",
+        f"warning: {rules}:6: route.routes[1].matchers[0]: no rule has severity 'warnign', so this matcher "
+        "matches no alert (the rules have: critcal, critical, warning); did you mean 'warning'?",
+        f"{rules}: ok (3 rules, 0 sources, 2 notifiers)",
+    ]
+    assert "warning:" not in alertd("check", "rules/default.yaml").stdout  # the shipped rules raise none
+
+
+def test_check_reports_an_unset_variable_with_every_other_problem_and_suggests_names(tmp_path: Path) -> None:
+    rules = tmp_path / "bad.yaml"
+    rules.write_text(
+        "sources:\n"
+        "  - {name: tb, type: tensorbord, logdir: ./runs}\n"
+        "  - {name: logs, type: textlog, path: '${ALERTD_TEST_UNSET_VAR}'}\n"
+        "notifiers: {chat: {type: webhok, url: 'http://127.0.0.1:9/'}}\n"
+        "rules:\n"
+        "  - {name: a, metric: loss, condition: '> 1', treshold: 3}\n"
+        "  - {name: b, metric: loss, condition: {spikee: {ratio: 2}}}\n"
+    )
+    done = alertd("check", str(rules))
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"error: {rules}:3: sources[1].path: environment variable ALERTD_TEST_UNSET_VAR is not set"
+    assert lines[1].startswith(
+        f"error: {rules}:2: sources[0].type: unknown source type 'tensorbord'; did you mean 'tensorboard'? "
+        "(one of 'tensorboard', 'nvml', "
+    )
+    assert lines[2].startswith(
+        f"error: {rules}:4: notifiers.chat.type: unknown notifier type 'webhok'; did you mean 'webhook'? (one of "
+    )
+    assert lines[3].startswith(
+        f"error: {rules}:6: rules[0].treshold: unknown key 'treshold'; did you mean 'condition'?"
+    )
+    assert lines[4].startswith(
+        f"error: {rules}:7: rules[1].condition: unknown condition 'spikee'; did you mean 'spike'?"
+    )
+    for kind in (
+        "spike",
+        "absent",
+        "plateau",
+        "zscore",
+        "avg",
+        "quantile",
+        "stddev",
+        "increasing",
+        "expr",
+        "nonfinite",
+    ):
+        assert f" {kind}," in lines[4], kind
+    assert len(lines) == 5  # the emptied path is reported once, as the variable
 
 
 def test_the_default_rule_tests_pass() -> None:

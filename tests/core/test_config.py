@@ -33,7 +33,11 @@ def test_an_unknown_key_names_its_place_and_line(tmp_path: Path) -> None:
     path = write(
         tmp_path, "r.yaml", "rules:\n  - name: a\n    metric: loss\n    condition: nonfinite\n    treshold: 3\n"
     )
-    assert problems([path]) == [f"{path}:5: rules[0].treshold: unknown key 'treshold'"]
+    assert problems([path]) == [
+        f"{path}:5: rules[0].treshold: unknown key 'treshold'; did you mean 'condition'? (a threshold is a "
+        "condition: `condition: '> 100'`; the keys here: annotations, condition, consecutive, for, keep_firing_for, "
+        "labels, labels_match, metric, name, notify, severity)"
+    ]
 
 
 def test_a_typo_gets_a_suggestion(tmp_path: Path) -> None:
@@ -56,7 +60,7 @@ rules:
     places = [p.split(": ")[1] for p in got]
     assert places == [
         "sources[0].logdir",
-        "sources[1]",
+        "sources[1].type",
         "rules[0].condition",
         "rules[1].condition",
         "rules[2].annotations.summary",
@@ -186,3 +190,40 @@ def test_a_file_that_is_not_utf8_or_nested_too_deeply_is_one_clear_error(tmp_pat
         with pytest.raises(ConfigError) as err:
             load_config([str(path)])
         assert str(err.value.problems[0]).startswith(f"{path}:") and message in str(err.value.problems[0])
+
+
+def test_every_condition_kind_the_message_lists_is_one_the_parser_takes() -> None:
+    from alertd.config import CONDITION_KINDS, CONDITION_WORDS, condition_kinds, parse_condition
+    from alertd.rules.conditions import AGGREGATES
+
+    with pytest.raises(ValueError) as info:
+        parse_condition({"spikey": {}})
+    listed = str(info.value).split("(known: ")[1]
+    specs = {"spike": {"ratio": 2}, "absent": "5m", "expr": "a > b", "zscore": {}, "plateau": {}}
+    for kind in condition_kinds()[:-1]:
+        assert f"{kind}," in listed
+        if kind in CONDITION_WORDS:
+            parse_condition(kind)
+        elif kind in CONDITION_KINDS:
+            parse_condition({kind: specs.get(kind)})
+        else:
+            assert kind in AGGREGATES
+            parse_condition({kind: {"over": 5, "q": 0.5 if kind == "quantile" else None}, "op": ">", "value": 1})
+    assert {"spike", "absent", "plateau", "zscore", "expr", "avg", "stddev", "increasing"} <= set(condition_kinds())
+
+
+def test_an_unset_variable_does_not_hide_the_file_s_other_problems(tmp_path: Path) -> None:
+    text = "sources:\n  - {name: tb, type: tensorboard, logdir: '${NOPE}'}\nrules:\n  - {name: a, metric: m}\n"
+    path = write(tmp_path, "r.yaml", text)
+    assert problems([path]) == [
+        f"{path}:2: sources[0].logdir: environment variable NOPE is not set",
+        f"{path}:4: rules[0].condition: Field required",
+    ]
+
+
+def test_an_emptied_value_is_reported_once_as_its_variable_and_other_keys_still_are(tmp_path: Path) -> None:
+    text = "rules:\n  - {name: a, metric: '${NOPE}', condition: nonfinite}\n  - {name: b, metric: m, condition: '>'}\n"
+    path = write(tmp_path, "r.yaml", text)
+    got = problems([path])
+    assert got[0] == f"{path}:2: rules[0].metric: environment variable NOPE is not set"
+    assert [p.split(": ")[1] for p in got[1:]] == ["rules[1].condition"]

@@ -196,7 +196,10 @@ async def test_a_scrape_of_100k_buffered_series_stays_cheap(tmp_path: Path) -> N
         ("{metrics: ['']}", "export.metrics[0]: String should have at least 1 character"),
         ("{metrics: ['*loss'], max_series: 0}", "export.max_series: Input should be greater than or equal to 1"),
         ("{metrics: ['*loss'], max_series: many}", "export.max_series: Input should be a valid integer"),
-        ("{metric: ['*loss']}", "export.metric: unknown key 'metric' (did you mean 'metrics'?)"),
+        (
+            "{metric: ['*loss']}",
+            "export.metric: unknown key 'metric'; did you mean 'metrics'? (the keys here: max_series, metrics)",
+        ),
     ],
 )
 def test_a_bad_export_is_a_clear_error(tmp_path: Path, export: str, message: str) -> None:
