@@ -71,6 +71,7 @@ class Table:
     state: PlanState = field(default_factory=PlanState)
     alerts: dict[str, Alert] = field(default_factory=dict)
     last: Plan | None = None
+    immediate: frozenset[str] = frozenset()
 
     def step(self, now: float, *transitions: Transition) -> list[tuple[str, str, tuple[str, ...]]]:
         """Feed the transitions at `now`; return the notifications planned, described."""
@@ -98,6 +99,7 @@ class Table:
             inhibit_rules=self.inhibit_rules,
             silences=self.silences,
             now=now,
+            immediate=self.immediate,
         )
         self.state = self.last.state
         return sorted(describe(n) for n in self.last.notifications)
