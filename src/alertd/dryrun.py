@@ -14,7 +14,7 @@ from operator import attrgetter
 
 from alertd._np import np
 from alertd.buffer import MAX_TIME, BufferLimits, SeriesBuffer
-from alertd.model import Restart, Sample, SeriesKey, Transition, format_time, format_value
+from alertd.model import Restart, Sample, SeriesKey, Transition, format_time, format_value, shown_annotations
 from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
 from alertd.runs import RunTracker
 
@@ -170,7 +170,7 @@ def transition_text(t: Transition) -> str:
     step = "-" if t.step is None else str(t.step)
     rest = " ".join(f"{k}={v}" for k, v in sorted(labels.items()))
     line = f"{format_time(t.time):<24} {t.state.value.upper():<8} {t.rule:<24} {metric}={shown} step={step} {rest}"
-    summary = dict(t.annotations).get("summary")
+    summary = shown_annotations(t).get("summary")  # resolved: what the rule says then, never the firing words
     return f"{line}  # {summary}" if summary else line
 
 

@@ -194,6 +194,33 @@ def format_value(value: float) -> str | float:
     return value
 
 
+RESOLVED_SUMMARY = "resolved_summary"
+"""The annotation a rule may give for the words of its resolved notifications (`{{ metric }} back to {{ value }}`)."""
+
+
+def value_text(value: float) -> str:
+    """A value as a person reads it: `NaN`, `+Inf`, `0.1235`, `1.2e+06`."""
+    v = format_value(value)
+    return v if isinstance(v, str) else f"{v:.6g}"
+
+
+def resolved_text(t: Transition) -> str:
+    """What a resolved alert says by default: `train/grad_norm back to 1.1 at step 9` (never the firing words,
+    which rendered at the resolution's value would claim the condition still holds)."""
+    metric = dict(t.labels).get("metric", "the series")
+    return f"{metric} back to {value_text(t.value)}" + (f" at step {t.step}" if t.step is not None else "")
+
+
+def shown_annotations(t: Transition) -> dict[str, str]:
+    """The annotations a notification shows for `t`: while it fires, the rule's own (without
+    `resolved_summary`); once resolved, `summary` says so: the rule's `resolved_summary`, else `resolved_text`."""
+    notes = dict(t.annotations)
+    resolved = notes.pop(RESOLVED_SUMMARY, None)
+    if t.state not in (TransitionKind.FIRING, TransitionKind.PENDING) and ("summary" in notes or resolved):
+        notes["summary"] = resolved or resolved_text(t)
+    return notes
+
+
 def format_time(t: float) -> str:
     """RFC 3339 UTC with a Z; milliseconds only where the instant has them."""
     dt = datetime.fromtimestamp(t, tz=UTC)

@@ -36,7 +36,8 @@ async def test_firing_and_resolved_post_title_message_and_type(server: Recording
     assert firing["message"].startswith("FIRING loss_not_finite: train/loss = NaN at step 250 in run exp1")
     assert firing["type"] == "failure"
     assert resolved["title"].startswith("[RESOLVED] loss_not_finite")
-    assert "RESOLVED loss_not_finite: train/loss = 0.25 at step 250" in resolved["message"]
+    assert "RESOLVED loss_not_finite: train/loss back to 0.25 at step 250" in resolved["message"]
+    assert "is NaN" not in resolved["message"]  # the firing summary is not repeated
     assert resolved["type"] == "success"
 
 

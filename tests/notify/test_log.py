@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from notify_helpers import notification, transition
 
@@ -23,13 +25,15 @@ async def test_one_line_per_notification(capsys: pytest.CaptureFixture[str]) -> 
     lines = out.splitlines()
     assert out.endswith("\n") and len(lines) == 2
     assert lines[0] == (
-        "alertd notify receiver=console status=firing [FIRING:2] loss_not_finite (run=exp1)"
+        "alertd notify receiver=console status=firing level=warning [FIRING:2] loss_not_finite (run=exp1)"
         " | FIRING loss_not_finite: train/loss = NaN at step 250 in run exp1 (2026-05-28T20:27:10Z): "
         "train/loss is NaN at step 250 in exp1"
         " | FIRING loss_not_finite: eval/loss = +Inf in run exp1 (2026-05-28T20:27:10Z)"
     )
-    assert lines[1].startswith("alertd notify receiver=console status=resolved [RESOLVED] loss_not_finite")
-    assert "RESOLVED loss_not_finite: train/loss = 0.25 at step 250" in lines[1]
+    assert lines[1].startswith("alertd notify receiver=console status=resolved level=info [RESOLVED] loss_not_finite")
+    assert lines[1].endswith(
+        " | RESOLVED loss_not_finite: train/loss back to 0.25 at step 250 in run exp1 (2026-05-28T20:27:10Z)"
+    )
 
 
 @pytest.mark.anyio
@@ -39,3 +43,18 @@ async def test_line_breaks_in_annotations_stay_on_one_line(capsys: pytest.Captur
     out = capsys.readouterr().out
     assert out.count("\n") == 1
     assert "first line second line third fourth" in out
+
+
+@pytest.mark.anyio
+async def test_the_line_s_level_follows_severity_and_a_resolution_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    notifier = LogNotifier("console", LogConfig(type="log"))
+    info = transition("val_loss_plateau", severity="info", value=0.5, summary="val_loss has not improved")
+    await notifier.send(notification(info, receiver="console"))
+    notes = {"summary": "grad_norm is 1.1 (> 100)", "resolved_summary": "grad_norm back under 100 (1.1)"}
+    done = replace(transition("grad_high", TransitionKind.RESOLVED, value=1.1), annotations=tuple(notes.items()))
+    await notifier.send(notification(done, receiver="console"))
+    first, second = capsys.readouterr().out.splitlines()
+    assert first.startswith("alertd notify receiver=console status=firing level=info [FIRING:1] val_loss_plateau")
+    assert second.startswith("alertd notify receiver=console status=resolved level=info [RESOLVED] grad_high")
+    assert second.endswith(": grad_norm back under 100 (1.1)")  # the rule's resolved_summary
+    assert "(> 100)" not in second  # never the firing words

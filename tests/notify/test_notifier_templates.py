@@ -114,15 +114,18 @@ async def test_go_names_and_alertmanager_data(server: RecordingServer) -> None:
         "{{ .Receiver }}/{{ .Status }}/{{ .CommonLabels.alertname }}/{{ .CommonLabels.severity }}/"
         "{{ commonAnnotations.summary }}/{{ externalURL }}/{{ commonLabels.gpu }}|"
         "{% for a in .Alerts %}{{ a.Status }} {{ a.StartsAt }} {{ a.endsAt }} {{ a.generatorURL }} "
-        "{{ a.fingerprint == a.Fingerprint }};{% endfor %}"
+        "{{ a.fingerprint == a.Fingerprint }} {{ a.annotations.summary }};{% endfor %}"
     )
-    alerts = [transition(), transition(run="exp2", state=TransitionKind.RESOLVED)]
+    alerts = [transition(), transition(run="exp2", state=TransitionKind.RESOLVED, value=0.25)]
     await send(chat(server, "mattermost", text=text, external_url="http://alertd:9090"), notification(*alerts))
     _, body = _mattermost(server.last.json())
+    # the resolved alert's summary says it resolved (not the firing words), so the summaries have nothing in common
     assert body == (
-        "chat/firing/loss\\_not\\_finite/critical/train/loss is NaN at step 250 in exp1/http://alertd:9090/<no value>|"
-        "firing 2026-05-28T20:26:40Z 0001-01-01T00:00:00Z http://alertd:9090/api/v1/rules#loss\\_not\\_finite True;"
-        "resolved 2026-05-28T20:26:40Z 2026-05-28T20:27:10Z http://alertd:9090/api/v1/rules#loss\\_not\\_finite True;"
+        "chat/firing/loss\\_not\\_finite/critical/<no value>/http://alertd:9090/<no value>|"
+        "firing 2026-05-28T20:26:40Z 0001-01-01T00:00:00Z http://alertd:9090/api/v1/rules#loss\\_not\\_finite True "
+        "train/loss is NaN at step 250 in exp1;"
+        "resolved 2026-05-28T20:26:40Z 2026-05-28T20:27:10Z http://alertd:9090/api/v1/rules#loss\\_not\\_finite True "
+        "train/loss back to 0.25 at step 250;"
     )
 
 
@@ -184,7 +187,7 @@ async def test_the_log_notifier_takes_title_and_text(capsys: pytest.CaptureFixtu
     notifier = LogNotifier("console", LogConfig(type="log", title=TITLE, text="{{ alerts | length }} alert(s)\nok"))
     await notifier.send(notification(transition(value=1234567.0), receiver="console"))
     out = capsys.readouterr().out
-    assert out == f"alertd notify receiver=console status=firing {WANT_TITLE} | 1 alert(s) ok\n"
+    assert out == f"alertd notify receiver=console status=firing level=warning {WANT_TITLE} | 1 alert(s) ok\n"
 
 
 def test_generic_format_refuses_title_and_text(server: RecordingServer) -> None:

@@ -86,7 +86,7 @@ async def test_resolved_alert_ends_at_its_resolution_time(server: RecordingServe
     assert alert["startsAt"] == "2026-05-28T20:26:40Z"
     assert alert["endsAt"] == "2026-05-28T20:28:10.250Z"
     assert alert["generatorURL"] == "http://alertd.local:9099/api/v1/rules#loss_not_finite"
-    assert body["commonAnnotations"] == {"summary": "train/loss is NaN at step 250 in exp1"}
+    assert body["commonAnnotations"] == {"summary": "train/loss back to 0.5 at step 250"}  # not the firing words
 
 
 @pytest.mark.anyio

@@ -33,7 +33,7 @@ import httpx
 
 from alertd.clock import Clock, SystemClock
 from alertd.errors import NotifyError
-from alertd.model import Notification, Transition, TransitionKind, format_time
+from alertd.model import Notification, Transition, TransitionKind, format_time, shown_annotations
 from alertd.notify.config import AlertmanagerConfig
 from alertd.notify.render import alert_line, value_text
 from alertd.promnames import label_name
@@ -193,7 +193,7 @@ class AlertmanagerNotifier:
         labels["alertname"] = t.rule
         if t.severity:
             labels["severity"] = t.severity
-        annotations = {label_name(k): v for k, v in t.annotations}
+        annotations = {label_name(k): v for k, v in shown_annotations(t).items()}
         annotations.setdefault("summary", alert_line(t))
         annotations.setdefault("value", value_text(t.value))
         if t.step is not None:

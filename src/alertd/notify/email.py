@@ -20,7 +20,7 @@ from email.utils import format_datetime
 import aiosmtplib
 
 from alertd.errors import NotifyError
-from alertd.model import Notification, Transition, format_time
+from alertd.model import Notification, Transition, format_time, shown_annotations
 from alertd.notify.config import EmailConfig
 from alertd.notify.render import TitleText, alert_line, body, title, value_text
 
@@ -59,7 +59,7 @@ def plain_text(n: Notification) -> str:
     for a in n.alerts:
         lines.append(f"{a.state.value.upper()} {a.rule} (severity {a.severity or 'none'})")
         lines.extend(f"  {k} = {v}" for k, v in a.labels)
-        lines.extend(f"  {k}: {v}" for k, v in a.annotations)
+        lines.extend(f"  {k}: {v}" for k, v in shown_annotations(a).items())
         lines.append("")
     lines.append(f"Notification key: {n.key}")
     return "\n".join(lines) + "\n"
@@ -77,7 +77,7 @@ def _html_alert(a: Transition) -> str:
         rows.append(("step", str(a.step)))
     rows.append(("time", format_time(a.time)))
     rows += [(f"label {k}", v) for k, v in a.labels]
-    rows += [(f"annotation {k}", v) for k, v in a.annotations]
+    rows += [(f"annotation {k}", v) for k, v in shown_annotations(a).items()]
     cells = "".join(
         f'<tr><th style="text-align:left;padding-right:1em">{e(k)}</th><td>{e(v)}</td></tr>' for k, v in rows
     )

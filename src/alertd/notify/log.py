@@ -7,13 +7,21 @@ import sys
 from typing import TextIO
 
 from alertd.errors import NotifyError
-from alertd.model import Notification
+from alertd.model import Notification, TransitionKind
 from alertd.notify.config import LogConfig
 from alertd.notify.render import TitleText, alert_line, title
 
 
+def level_of(n: Notification) -> str:
+    """`warning` while a critical or warning alert (any severity but `info`) of `n` is firing or pending,
+    else `info` (an info alert, a resolution): the levels alertd's own log gives transitions."""
+    loud = any(a.state in (TransitionKind.FIRING, TransitionKind.PENDING) and a.severity != "info" for a in n.alerts)
+    return "warning" if loud else "info"
+
+
 def log_line(n: Notification, own_title: str | None = None, own_text: str | None = None) -> str:
-    """`alertd notify receiver=console status=firing [FIRING:1] rule ... | FIRING rule: ...`, one line.
+    """`alertd notify receiver=console status=firing level=warning [FIRING:1] rule ... | FIRING rule: ...`,
+    one line; `level` follows the alerts' severity (`level_of`).
 
     `own_title` and `own_text` (the notifier's rendered templates) replace the title and the alert lines.
     """
@@ -23,7 +31,7 @@ def log_line(n: Notification, own_title: str | None = None, own_text: str | None
     return re.sub(
         r"[\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]+",
         " ",
-        f"alertd notify receiver={n.receiver} status={n.status} {text}",
+        f"alertd notify receiver={n.receiver} status={n.status} level={level_of(n)} {text}",
     )
 
 

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import logging
 
-from alertd.model import Notification, Transition, TransitionKind, format_time, format_value
+from alertd.model import RESOLVED_SUMMARY, Notification, Transition, TransitionKind, format_time, value_text
 from alertd.notify.template_data import compile_notifier_template, template_data
 from alertd.rules.template_env import RenderError
 
 log = logging.getLogger(__name__)
 
-
-def value_text(value: float) -> str:
-    """A value as a person reads it: `NaN`, `+Inf`, `0.1235`, `1.2e+06`."""
-    v = format_value(value)
-    return v if isinstance(v, str) else f"{v:.6g}"
+__all__ = ["TitleText", "alert_line", "body", "title", "value_text"]
 
 
 def title(n: Notification) -> str:
@@ -27,16 +23,22 @@ def title(n: Notification) -> str:
 
 
 def alert_line(t: Transition) -> str:
-    """One alert on one line: state, rule, metric, value, step, run, time and the summary if any."""
+    """One alert on one line: state, rule, metric, value, step, run, time and the summary if any.
+
+    A resolved alert says its series is back (`RESOLVED grad_norm_exploding: train/grad_norm back to 1.1 at
+    step 9 ...`) and shows the rule's `resolved_summary` if it has one, never the firing summary."""
     labels = dict(t.labels)
-    parts = [f"{t.state.value.upper()} {t.rule}: {labels.get('metric', '?')} = {value_text(t.value)}"]
+    firing = t.state in (TransitionKind.FIRING, TransitionKind.PENDING)
+    verb = "=" if firing else "back to"
+    parts = [f"{t.state.value.upper()} {t.rule}: {labels.get('metric', '?')} {verb} {value_text(t.value)}"]
     if t.step is not None:
         parts.append(f"at step {t.step}")
     if "run" in labels:
         parts.append(f"in run {labels['run']}")
     parts.append(f"({format_time(t.time)})")
     line = " ".join(parts)
-    summary = dict(t.annotations).get("summary")
+    notes = dict(t.annotations)
+    summary = notes.get("summary") if firing else notes.get(RESOLVED_SUMMARY)
     return f"{line}: {summary}" if summary else line
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from alertd.model import Notification, Transition, TransitionKind, format_time
+from alertd.model import Notification, Transition, TransitionKind, format_time, shown_annotations
 from alertd.rules.template_env import CheckError, Compiled, LabelView, compile_template
 
 GO_ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -95,7 +95,7 @@ def template_data(n: Notification, external_url: str = "") -> dict[str, Any]:
         alert = {
             "status": "firing" if firing else "resolved",
             "labels": LabelView(labels, missing),
-            "annotations": LabelView(dict(t.annotations), missing),
+            "annotations": LabelView(shown_annotations(t), missing),
             "startsAt": format_time(t.since),
             "endsAt": GO_ZERO_TIME if firing else format_time(t.time),
             "generatorURL": f"{external_url.rstrip('/')}/api/v1/rules#{t.rule}" if external_url else "",
@@ -113,7 +113,7 @@ def template_data(n: Notification, external_url: str = "") -> dict[str, Any]:
         "alerts": alerts,
         "groupLabels": LabelView(dict(n.group_labels), missing),
         "commonLabels": LabelView(_common(label_maps), missing),
-        "commonAnnotations": LabelView(_common([dict(t.annotations) for t in n.alerts]), missing),
+        "commonAnnotations": LabelView(_common([shown_annotations(t) for t in n.alerts]), missing),
         "externalURL": external_url,
     }
     data.update({go: data[name] for name, go in _NAMES.items()})

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from functools import cmp_to_key
 
-from alertd.model import Labels, Notification, Transition, am_labels, format_time
+from alertd.model import Labels, Notification, Transition, am_labels, format_time, shown_annotations
 from alertd.notify.formats.common import JSON, Format, Options, Reply, check_http, firing, shown_alerts
 
 GO_ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -35,7 +35,7 @@ def _alert(t: Transition, opts: Options) -> JSON:
     return {
         "status": "firing" if is_firing else "resolved",
         "labels": alert_labels(t),
-        "annotations": dict(t.annotations),
+        "annotations": shown_annotations(t),
         "startsAt": format_time(starts),
         "endsAt": GO_ZERO_TIME if is_firing else format_time(t.time),
         "generatorURL": generator_url(opts, t.rule),
@@ -105,7 +105,7 @@ def build(n: Notification, opts: Options) -> JSON:
         "alerts": [_alert(t, opts) for t in shown],
         "groupLabels": _dict(n.group_labels),
         "commonLabels": _common([alert_labels(t) for t in shown]),
-        "commonAnnotations": _common([dict(t.annotations) for t in shown]),
+        "commonAnnotations": _common([shown_annotations(t) for t in shown]),
         "externalURL": opts.external_url.rstrip("/"),  # as Alertmanager trims its --web.external-url
         "version": "4",
         "groupKey": n.group_key,
