@@ -195,6 +195,17 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "source": "tb",
     }
     assert [x["time"] for x in lines] == sorted(x["time"] for x in lines)
+    # every default rule's summary reads well: over this data, and for a series of the same labels without steps
+    rules = {r.name: r for r in load_config(["rules/default.yaml"], {}).rules}
+    for x in lines:
+        assert "<no value>" not in x["annotations"]["summary"], x
+    for name, x in first_firing.items():
+        for step in (None, 7):
+            values = {"metric": x["labels"]["metric"], "value": 1.0, "step": step, "rule": name, "severity": "info"}
+            ((_, template),) = rules[name].annotations
+            text, problem = template.render(values, x["labels"])
+            assert problem is None and "<no value>" not in text, (name, text)
+            assert ("step 7" in text) == (step == 7 and "{{ step }}" in template.source), (name, text)
 
 
 def test_dry_run_over_a_tensorboard_logdir(tmp_path: Path) -> None:
