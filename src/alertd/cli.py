@@ -25,6 +25,7 @@ from alertd.rules.evaluate import RuleSet
 from alertd.sources.config import SourceConfig
 from alertd.sources.registry import REPLAYABLE, build_source
 from alertd.sources.samples import read_samples
+from alertd.sources.textlog import TextLogSource
 
 COMMANDS = ("run", "exec", "check", "test", "dry-run")
 
@@ -281,7 +282,7 @@ def _collect(cfg: Config, specs: Sequence[str], bar: Progress | None = None) -> 
         if src.type == "samples":
             out += _read_samples_file(src.path, src.name, bar)
         else:
-            out += asyncio.run(_poll_all(src))
+            out += asyncio.run(_poll_all(src, bar))
         if bar is not None:
             bar.finish_phase()
     return out
@@ -305,7 +306,7 @@ _MAX_POLLS = 100_000
 longer than one poll reads) is polled again until it has read everything there was."""
 
 
-async def _poll_all(cfg: SourceConfig) -> list[Sample]:
+async def _poll_all(cfg: SourceConfig, bar: Progress | None = None) -> list[Sample]:
     source = build_source(cfg)
     try:
         out = list(await source.poll(time.time()))
@@ -313,6 +314,9 @@ async def _poll_all(cfg: SourceConfig) -> list[Sample]:
             if not getattr(source, "behind", False):
                 break
             out += await source.poll(time.time())
+        if isinstance(source, TextLogSource):  # a log none of whose lines gave anything: say so, not silence
+            for path, lines in source.unmatched():
+                _note(bar, f"note: source {cfg.name!r}: {source.unmatched_text(path, lines)}")
         return out
     except SourceError as exc:
         raise CliError(f"source {cfg.name!r}: {exc}") from exc

@@ -72,6 +72,12 @@ def same(a: dict[str, float], b: dict[str, float]) -> bool:
         ("\x1b[32mINFO\x1b[0m step=5 \x1b[1mloss=\x1b[0m1.5", {"loss": 1.5}),
         ("INFO:root:loss: 0.25", {"loss": 0.25}),
         ("nothing to see here", {}),
+        ("step 10 loss 2.31", {"loss": 2.31}),
+        ("2024-05-01 12:00:00,123 INFO epoch 1 iter 40 loss nan lr 3e-4", {"epoch": 1.0, "loss": math.nan, "lr": 3e-4}),
+        ("iter 5 | loss 2.5 | grad_norm inf", {"loss": 2.5, "grad_norm": math.inf}),
+        ("Epoch 3 took 12.5 seconds", {}),  # prose: the pairs do not run to the end of the line
+        ("saved checkpoint 5", {}),  # one pair is not enough
+        ("processed 100 batches in 12.5 s", {}),
     ],
 )
 def test_builtin_shapes(line: str, expected: dict[str, float]) -> None:
@@ -184,3 +190,13 @@ def test_bad_user_regexes_are_config_errors_with_their_place(tmp_path, source: s
         load_config([str(path)])
     text = str(err.value.problems[0])
     assert text.startswith(f"{path}:2: sources[0]") and message in text, text
+
+
+def test_name_value_pairs_give_their_step_and_stay_linear_on_a_huge_line() -> None:
+    p = LineParser().parse("step 10 loss 2.31", FileState())
+    assert (p.step, p.values) == (10, [("loss", 2.31)])
+    line = "a 1 " * 16_000 + "b"  # 64 KiB of pairs that end in prose: nothing, at once
+    started = time.perf_counter()
+    assert LineParser().parse(line, FileState()).values == []
+    assert LineParser().parse(line[:-2], FileState()).values[:2] == [("a", 1.0), ("a", 1.0)]
+    assert time.perf_counter() - started < 1.0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from textlog_helpers import by_metric, source
 
+from alertd.sources.textlog.source import SHAPES, UNMATCHED_AFTER
 from alertd.sources.textlog.stream import MAX_SERIES
 
 
@@ -153,3 +154,37 @@ def test_dry_run_over_real_hf_output_fires_grad_norm_not_finite(hf_log: Path) ->
     assert '"step": 12, "value": "NaN"' in res.stdout
     zeroed = [t for t in map(json.loads, res.stdout.splitlines()) if t["rule"] == "loss_zeroed"]
     assert [(t["state"], t["step"], t["value"]) for t in zeroed][:1] == [("firing", 12, 0.0)]
+
+
+def test_a_log_that_matches_nothing_is_warned_about_once_and_noted(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    prose = tmp_path / "prose.log"
+    prose.write_text("".join(f"loss is {2.0 / i:.2f} now\n" for i in range(1, 6)))
+    (tmp_path / "train.log").write_text("step 1 loss 2.31\nstep 2 loss 2.2\n")
+    src = source(f"{tmp_path}/*.log")
+    got = src.read_new(1.0)
+    assert by_metric(got, "loss") == [(1, 2.31), (2, 2.2)]  # the `name value` lines are read
+    assert src.note == f"{prose}: 5 lines read, none matched ({SHAPES})"
+    assert "none matched" not in caplog.text  # not yet: 5 lines may be a header
+    with prose.open("a") as f:
+        f.write("".join(f"loss is {i} now\n" for i in range(UNMATCHED_AFTER)))
+    src.read_new(2.0)
+    src.read_new(3.0)
+    warned = [r for r in caplog.records if "none matched" in r.getMessage()]
+    assert [(r.levelname, r.getMessage()) for r in warned] == [
+        ("WARNING", f"log file {prose}: {5 + UNMATCHED_AFTER} lines read, none matched ({SHAPES})")
+    ]
+    with prose.open("a") as f:
+        f.write("loss=1.5\n")
+    src.read_new(4.0)
+    assert src.note is None  # it matched something after all
+
+
+def test_dry_run_says_when_a_log_matched_nothing(tmp_path: Path) -> None:
+    (tmp_path / "prose.log").write_text("training started\nloss is 2.3\n")
+    (tmp_path / "train.log").write_text("step 1 loss 2.3\nstep 2 loss nan\n")
+    res = dry_run("rules/default.yaml", f"textlog:{tmp_path}/*.log")
+    assert res.returncode == 0, res.stderr
+    fired = [json.loads(line) for line in res.stdout.splitlines()]
+    assert [(t["rule"], t["step"], t["labels"]["run"]) for t in fired] == [("loss_not_finite", 2, "train.log")]
+    assert f"note: source 'logs': {tmp_path}/prose.log: 2 lines read, none matched (" in res.stderr
+    assert "train.log" not in res.stderr

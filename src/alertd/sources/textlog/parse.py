@@ -4,7 +4,10 @@ Built-in shapes, found without configuration, in this order of preference:
 - a JSON object or a Python dict on the line (HF Trainer prints `{'loss': 2.31, 'grad_norm': 1.2,
   'learning_rate': 3e-05, 'epoch': 0.5}`): its numeric entries (nested objects give `outer/inner`);
 - otherwise `key=value` pairs (`step=120 loss=2.3456 lr=3e-4`, Lightning's progress-bar postfix
-  `loss=2.31, v_num=0`) and `key: value` pairs (`Step: 120 | loss: 2.3456`).
+  `loss=2.31, v_num=0`) and `key: value` pairs (`Step: 120 | loss: 2.3456`);
+- otherwise names and numbers in turn, separated by blanks (`step 10 loss 2.31 lr 3e-4`, with `,` `|` `;`
+  between pairs allowed): at least two pairs that run to the end of the line, so prose such as
+  `Epoch 3 took 12.5 seconds` or `saved checkpoint 5` gives nothing.
 Numbers include `nan`, `NaN`, `inf`, `-inf`, `Infinity` (any case). Keys are kept as printed.
 
 The step is the value of a `step`, `global_step`, `iter` or `iteration` key (any case; not a metric
@@ -46,6 +49,10 @@ _NUM = r"[-+]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?|[-+]?(?i:nan|inf(?:in
 _END = r"(?![\w.:/])"
 _PAIR = re.compile(rf"(?<![\w./-])([A-Za-z_][\w./-]*+)(?:\s*+=|:)\s*+({_NUM}){_END}")
 """`key=value` and `key: value` (no blank before the colon, so `12:00:01` and `a : b` are not pairs)."""
+_NAME = re.compile(r"[A-Za-z_][\w./-]{0,199}+")
+_NUMBER = re.compile(_NUM)
+_SEPARATORS = re.compile(r"[\s,;|]++")
+_NUMBER_ENDS = frozenset("0123456789.nNfFyY")
 _DICT_PAIR = re.compile(rf"""['"]([^'"\n]{{1,200}}+)['"]\s*+:\s*+['"]?({_NUM})['"]?{_END}""")
 _TIME = re.compile(r"\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?\s?(Z|[+-]\d\d:?\d\d)?(?![\d])")
 
@@ -196,7 +203,28 @@ def builtin_values(text: str) -> list[tuple[str, float]]:
             return pairs[:MAX_VALUES]
     if "=" in text or ":" in text:
         pairs = [(k, _float(v)) for k, v in _PAIR.findall(text)]
+    if not pairs:
+        pairs = spaced_pairs(text)
     return pairs[:MAX_VALUES]
+
+
+def spaced_pairs(text: str) -> list[tuple[str, float]]:
+    """`step 10 loss 2.31`: the pairs of a name and a number that end the line, if there are two or more.
+
+    Token by token from the end (a split and two bounded matches per token: linear in the line's length)."""
+    tail = text.rstrip(" \t,;|")
+    if not tail or tail[-1] not in _NUMBER_ENDS:
+        return []  # most prose: no split at all
+    tokens = [t for t in _SEPARATORS.split(text) if t]
+    out: list[tuple[str, float]] = []
+    i = len(tokens)
+    while i >= 2 and len(out) < MAX_VALUES:
+        name, number = tokens[i - 2], tokens[i - 1]
+        if _NAME.fullmatch(name) is None or _NUMBER.fullmatch(number) is None:
+            break
+        out.append((name, _float(number)))
+        i -= 2
+    return out[::-1] if len(out) >= 2 else []
 
 
 def split_step(pairs: Iterable[tuple[str, float]]) -> tuple[int | None, list[tuple[str, float]]]:

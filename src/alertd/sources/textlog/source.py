@@ -11,6 +11,9 @@
   `run.crashed` = 1 and `run.finished` = 1 for the file's run (as the W&B sources report a crash).
 - Bounds: at most `stream.MAX_SERIES` metric names per file (more are dropped, warned about once); lines are
   cut at 64 KiB; a FIFO or device named like a log is refused with a warning, never opened.
+- Nothing matched: a file of UNMATCHED_AFTER lines or more none of which gave a value or an event is warned
+  about once (its path, the lines read and the shapes looked for); `note` tells the same in the source's
+  health (`/api/v1/sources`), and `unmatched()` lists every such file (a dry-run prints them).
 - `cursor()` / `restore()`: per file, the byte offset, identity, the start of the file and the step
   counter, so a restarted service neither reads a line twice nor restarts its counter.
 """
@@ -35,6 +38,11 @@ from alertd.sources.textlog.stream import LogStream
 
 log = logging.getLogger(__name__)
 
+UNMATCHED_AFTER = 20
+"""Lines a log may show without one value or event before the service warns that nothing matched."""
+SHAPES = "key=value, key: value, a JSON or Python dict, `name value` pairs such as `step 10 loss 2.31`"
+"""The built-in shapes, as the warning about a log that matched nothing lists them."""
+
 _RETIRED = 1024
 """Rotated-away files remembered (by inode) so that a glob matching them does not read them again."""
 
@@ -42,7 +50,7 @@ _RETIRED = 1024
 class _File:
     """One followed log file: its tail and its stream of lines."""
 
-    __slots__ = ("error", "path", "run", "stream", "tail")
+    __slots__ = ("error", "path", "run", "stream", "tail", "warned")
 
     def __init__(self, path: str, run: str, source: str) -> None:
         self.path = path
@@ -50,6 +58,7 @@ class _File:
         self.tail = LineTail(path, bars=True)
         self.stream = LogStream(path, {"source": source, "run": run})
         self.error = ""
+        self.warned = False
 
 
 class TextLogSource:
@@ -70,6 +79,29 @@ class TextLogSource:
         self._retired: OrderedDict[tuple[int, int], dict[str, object]] = OrderedDict()
         self._restore: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self._looked_for = SHAPES if cfg.builtin else ""
+        if cfg.patterns:
+            self._looked_for += ("; " if self._looked_for else "") + f"the source's {len(cfg.patterns)} patterns"
+
+    def unmatched(self) -> list[tuple[str, int]]:
+        """(path, lines read) of every file read so far that gave no value and no event. Without the lock (the
+        API asks from the event loop while a poll may be reading): a snapshot of the files, counts as they are."""
+        files = list(self._files.values())
+        return [(f.path, f.stream.lines) for f in files if f.stream.lines and not f.stream.matched]
+
+    def unmatched_text(self, path: str, lines: int) -> str:
+        """What a file that matched nothing is told with."""
+        what = "line" if lines == 1 else "lines"
+        return f"{path}: {lines} {what} read, none matched ({self._looked_for or 'nothing is looked for'})"
+
+    @property
+    def note(self) -> str | None:
+        """For the source's health: the files read that matched nothing (the first three), or None."""
+        files = self.unmatched()
+        if not files:
+            return None
+        text = "; ".join(self.unmatched_text(p, n) for p, n in files[:3])
+        return text + (f"; and {len(files) - 3} more files" if len(files) > 3 else "")
 
     async def poll(self, now: float) -> Sequence[Sample]:
         """The samples of the lines written since the previous poll (file I/O in a worker thread)."""
@@ -138,6 +170,9 @@ class TextLogSource:
         start = 0 if chunk.reset or chunk.retired is not None else start
         for lines in progress.batches(f.path, chunk.lines, start, f.tail.offset):
             f.stream.parse(self.parser, lines, now, out)
+        if not f.warned and not f.stream.matched and f.stream.lines >= UNMATCHED_AFTER:
+            f.warned = True
+            log.warning("log file %s", self.unmatched_text(f.path, f.stream.lines), extra={"source": self.name})
 
     def _warn(self, f: _File, message: str) -> None:
         if f.error != message:

@@ -18,7 +18,7 @@ MAX_SERIES = 1000
 class LogStream:
     """The labels, series keys and parse state of one log (`name` is how warnings call it)."""
 
-    __slots__ = ("keys", "labels", "name", "overflow", "state")
+    __slots__ = ("keys", "labels", "lines", "matched", "name", "overflow", "state")
 
     def __init__(self, name: str, labels: Mapping[str, str]) -> None:
         self.name = name
@@ -26,6 +26,10 @@ class LogStream:
         self.state = FileState()
         self.keys: dict[str, SeriesKey] = {}
         self.overflow = False
+        self.lines = 0
+        """Lines parsed (since this stream began: a restarted service counts again)."""
+        self.matched = 0
+        """Of those, lines that gave values or events."""
 
     def key(self, metric: str, extra: tuple[tuple[str, str], ...] = ()) -> SeriesKey | None:
         """The series of `metric` in this stream; None past MAX_SERIES names (warned about once)."""
@@ -44,9 +48,11 @@ class LogStream:
     def parse(self, parser: LineParser, lines: Sequence[str], now: float, out: list[Sample]) -> None:
         """Append the samples of `lines` to `out`: values, events, and a fatal event's crash."""
         parse = parser.parse
+        self.lines += len(lines)
         for line in lines:
             p = parse(line, self.state)
             if p.values or p.events:
+                self.matched += 1
                 self._samples(p, now, out)
 
     def _samples(self, p: Parsed, now: float, out: list[Sample]) -> None:
