@@ -28,6 +28,7 @@ from alertd.dispatch.routes import Route
 from alertd.dryrun import replay, transition_json
 from alertd.errors import ConfigError, Problem, SourceError
 from alertd.model import Notification, Sample, Transition, format_time
+from alertd.notify.config import action_receivers
 from alertd.plot.build import figure, runs_in
 from alertd.plot.svg import figure_svg
 from alertd.rules.evaluate import RuleSet
@@ -224,18 +225,19 @@ def would_send(config: Config, transitions: Sequence[Transition], until: float |
     `group_interval` of the routes (so every change is flushed once; later repeats are not shown)."""
     route = config.route.to_route()
     inhibit = [r.to_rule() for r in config.inhibit_rules]
+    actions = action_receivers(config.notifiers)
     state, next_run = PlanState(), None
     out: list[Notification] = []
     for at, batch in _by_time(transitions):
         while next_run is not None and next_run < at:
-            state, next_run = _step(state, (), route, inhibit, next_run, out)
-        state, next_run = _step(state, batch, route, inhibit, at, out)
+            state, next_run = _step(state, (), route, inhibit, actions, next_run, out)
+        state, next_run = _step(state, batch, route, inhibit, actions, at, out)
     if transitions:
         horizon = until if until is not None else transitions[-1].time + _longest_wait(route)
         for _ in range(MAX_FLUSHES):
             if next_run is None or next_run > horizon:
                 break
-            state, next_run = _step(state, (), route, inhibit, next_run, out)
+            state, next_run = _step(state, (), route, inhibit, actions, next_run, out)
     return out
 
 
@@ -244,10 +246,11 @@ def _step(
     batch: Sequence[Transition],
     route: Route,
     inhibit: Sequence[Any],
+    actions: frozenset[str],
     now: float,
     out: list[Notification],
 ) -> tuple[PlanState, float | None]:
-    result = plan(state, transitions=batch, alerts=None, route=route, inhibit_rules=inhibit, now=now)
+    result = plan(state, transitions=batch, alerts=None, route=route, inhibit_rules=inhibit, now=now, immediate=actions)
     out.extend(result.notifications)
     return result.state, result.next_run
 

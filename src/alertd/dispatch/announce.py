@@ -46,9 +46,10 @@ class ActionReport(Protocol):
 
 
 def announcements(
-    report: ActionReport, alert: Alert | None, route: Route, skip: Iterable[str], now: float
+    report: ActionReport, alert: Alert | Transition | None, route: Route, skip: Iterable[str], now: float
 ) -> list[Notification]:
-    """One notification per receiver the alert routes to, but the receivers in `skip` (the actions).
+    """One notification per receiver the alert routes to, but the receivers in `skip` (the actions, and
+    those that take no reports). `alert`: the alert as it is, or its last transition when it has ended.
 
     The alert's labels gain `action` (the report's) and `notifier`; the summary says what was done. The
     group is `{action}:{fingerprint}`; the key includes the signals sent (else whether it was refused and

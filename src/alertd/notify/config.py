@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import signal
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
@@ -40,7 +41,19 @@ WebhookFormat = Literal[
 ]
 
 
-class LogConfig(Strict):
+class Reporting(Strict):
+    """What every notifier that tells people shares: whether it also gets the action reports.
+
+    `reports`: the reports of the actions (kill, stop_file, wandb_stop, slurm: what was done, or why it was
+    refused) go to the alert's receivers that take them. Default: every receiver but the paging ones
+    (webhook formats pagerduty, opsgenie and pushover, and the alertmanager notifier, whose Alertmanager
+    pages on its own), so that a pager gets one page per incident, not a second for the report.
+    """
+
+    reports: bool | None = None
+
+
+class LogConfig(Reporting):
     """One line per notification on stdout."""
 
     type: Literal["log"]
@@ -62,7 +75,7 @@ def _paging_service_url(data: Any) -> Any:
     return {**data, "url": OPSGENIE_URLS[region]} if region in OPSGENIE_URLS else data
 
 
-class WebhookConfig(Strict):
+class WebhookConfig(Reporting):
     """POSTs each notification to `url` in the chat service's own format.
 
     `url`, `secret` and the `headers` values are secrets: never logged, never in an error message. `url`
@@ -152,7 +165,7 @@ class WebhookConfig(Strict):
         return self
 
 
-class EmailConfig(Strict):
+class EmailConfig(Reporting):
     """Sends e-mail through an SMTP server. `password` may be given as `password_file`."""
 
     model_config = ConfigDict(**Strict.model_config, hide_input_in_errors=True)
@@ -306,7 +319,7 @@ class StopFileConfig(Strict):
         return parts
 
 
-class AlertmanagerConfig(Strict):
+class AlertmanagerConfig(Reporting):
     """Posts alerts to Prometheus Alertmanagers' /api/v2/alerts and re-sends firing ones.
 
     `url` (one Alertmanager) or `urls` (every peer of an HA cluster, as Prometheus' `static_configs`):
@@ -394,7 +407,7 @@ class AlertmanagerConfig(Strict):
         return self
 
 
-class ExecConfig(Strict):
+class ExecConfig(Reporting):
     """Runs a program for each notification: `command` is an argv list (never a shell), its first item an
     absolute path. The generic webhook's JSON goes to stdin, the common fields to `ALERTD_*` variables.
 
@@ -478,7 +491,7 @@ class WandbStopConfig(Strict):
         return seconds
 
 
-class AppriseConfig(Strict):
+class AppriseConfig(Reporting):
     """Delivers through Apprise (the optional extra `alertd[apprise]`) to every URL in `urls`
     (`json://host/path`, `tgram://...`, `discord://...`: Apprise's own URL schemes). The URLs carry tokens:
     they are secrets, never logged and never in an error message; or `urls_file`, one URL a line."""
@@ -571,3 +584,28 @@ NotifierConfig = (
     | AppriseConfig
     | SlurmNotifierConfig
 )
+
+ACTION_TYPES = ("kill", "stop_file", "wandb_stop", "slurm")
+"""Notifier types that act on the training run rather than tell people. Each firing reaches them at once and
+alone (`alertd.dispatch.plan`'s immediate receivers); what they did is announced to the alert's other
+receivers, never to these."""
+
+
+PAGING_FORMATS = ("pagerduty", "opsgenie", "pushover")
+"""Webhook formats that page a person: they get no action reports unless `reports: true`."""
+
+
+def action_receivers(notifiers: Mapping[str, NotifierConfig]) -> frozenset[str]:
+    """The names of the notifiers that are actions (ACTION_TYPES)."""
+    return frozenset(name for name, cfg in notifiers.items() if cfg.type in ACTION_TYPES)
+
+
+def takes_reports(cfg: NotifierConfig) -> bool:
+    """Whether a notifier gets the action reports (see `Reporting`); the actions themselves never do."""
+    if not isinstance(cfg, Reporting):
+        return False
+    if cfg.reports is not None:
+        return cfg.reports
+    if isinstance(cfg, AlertmanagerConfig):
+        return False
+    return not (isinstance(cfg, WebhookConfig) and cfg.format in PAGING_FORMATS)
