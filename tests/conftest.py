@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
+
+# A shell's background job (`make test &`, nohup, some CI runners) starts with SIGINT ignored, and a child
+# inherits an ignored signal across exec: the trainers the tests start would ignore the SIGINT alertd sends
+# them. Give SIGINT its default handler here, so that every process a test starts begins with SIGINT at its
+# default disposition, as from a terminal (alertd exec does the same for its child).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
