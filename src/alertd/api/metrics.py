@@ -71,7 +71,14 @@ class ServiceCollector(Collector):
     def _sources(self) -> Iterator[Metric]:
         ingested = CounterMetricFamily("alertd_samples_ingested", "Samples read per source.", labels=["source"])
         errors = CounterMetricFamily("alertd_source_errors", "Failed polls per source.", labels=["source"])
-        up = GaugeMetricFamily("alertd_source_up", "1 when the last poll of the source worked.", labels=["source"])
+        up = GaugeMetricFamily(
+            "alertd_source_up", "1 when the last poll of the source worked and it is not disabled.", labels=["source"]
+        )
+        disabled = GaugeMetricFamily(
+            "alertd_source_disabled",
+            "1 when the source reads nothing by design (nvml without a driver); its up is 0.",
+            labels=["source"],
+        )
         lag = GaugeMetricFamily(
             "alertd_source_lag_seconds", "Poll time minus the newest sample's time.", labels=["source"]
         )
@@ -82,10 +89,12 @@ class ServiceCollector(Collector):
             reads.add_metric([name], health.polls)
             ingested.add_metric([name], health.samples)
             errors.add_metric([name], health.errors)
-            up.add_metric([name], 1.0 if source_up(health) else 0.0)
+            state, _ = source_state(health, self.service.sources.get(name))
+            up.add_metric([name], 1.0 if state == "up" else 0.0)
+            disabled.add_metric([name], 1.0 if state == "disabled" else 0.0)
             if health.lag is not None:
                 lag.add_metric([name], health.lag)
-        yield from (ingested, errors, up, lag, reads)
+        yield from (ingested, errors, up, disabled, lag, reads)
 
     def _alerts(self) -> Iterator[Metric]:
         engine = self.service.engine
@@ -201,6 +210,20 @@ def _export(buffer: Any, patterns: tuple[str, ...], limit: int, families: dict[s
 def source_up(health: Any) -> bool:
     """Whether a source's last poll worked (False before its first poll)."""
     return health.last_poll is not None and health.failures == 0
+
+
+def source_state(health: Any, source: Any) -> tuple[str, str | None]:
+    """A source's state for people and Prometheus, and a note: `disabled` (the source's own reason: NVML
+    without a driver), `up` (its last poll worked), `down` (it failed), `unknown` (no poll yet). The note is
+    the disabled reason, or what the source has to say (a text log none of whose lines matched)."""
+    note = getattr(source, "note", None)
+    disabled = getattr(source, "disabled", None)
+    if isinstance(disabled, str) and disabled:
+        return "disabled", disabled
+    note = note if isinstance(note, str) else None
+    if health is None or (health.last_poll is None and not health.failures):
+        return "unknown", note
+    return ("up" if source_up(health) else "down"), note
 
 
 def alert_counts(service: Any) -> dict[tuple[str, str], int]:

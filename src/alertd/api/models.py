@@ -164,6 +164,12 @@ class SourceOut(BaseModel):
     type: str
     interval: float
     up: bool
+    """The last poll worked and the source is not disabled."""
+    state: Literal["up", "down", "disabled", "unknown"]
+    """`disabled`: the source reads nothing by design (nvml without a driver; `note` says why); `unknown`: no
+    poll yet."""
+    note: str | None
+    """Why a disabled source is, or what a source has to say (a text log none of whose lines matched)."""
     failures: int
     lastPoll: str | None
     lastError: str | None

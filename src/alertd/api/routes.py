@@ -29,7 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from alertd import __version__
 from alertd.api import models as m
-from alertd.api.metrics import ServiceCollector, alert_counts, source_up
+from alertd.api.metrics import ServiceCollector, alert_counts, source_state
 from alertd.api.models import parse_instant, silence_from, silence_json, time_or_none
 from alertd.api.pages import pages_router
 from alertd.api.plots import plot_routes
@@ -320,12 +320,15 @@ def _state_routes(api: APIRouter, service: Any) -> None:
         out = []
         for cfg in service.config.sources:
             h = service.health.get(cfg.name)
+            state, note = source_state(h, service.sources.get(cfg.name))
             out.append(
                 {
                     "name": cfg.name,
                     "type": cfg.type,
                     "interval": cfg.interval,
-                    "up": h is not None and source_up(h),
+                    "up": state == "up",
+                    "state": state,
+                    "note": note,
                     "failures": h.failures if h else 0,
                     "lastPoll": _time(h.last_poll) if h else None,
                     "lastError": h.last_error if h else None,

@@ -278,11 +278,18 @@ class NvmlSource:
         self._logged: set[tuple[str, str, str]] = set()
         self._devices: list[_Device] = []
         self._count = 0
+        self._disabled: str | None = None
 
     @property
     def enabled(self) -> bool:
         """Whether NVML is initialised and the GPUs are being read."""
         return self._initialized
+
+    @property
+    def disabled(self) -> str | None:
+        """Why the source reads nothing (no library, no driver: `nvmlInit` failed), or None (reading, or not
+        tried yet). The API and `/metrics` show such a source as disabled, not up."""
+        return None if self._initialized else self._disabled
 
     @property
     def dropped(self) -> dict[str, set[str]]:
@@ -339,17 +346,19 @@ class NvmlSource:
                 self._nvml.nvmlShutdown()
             return False
         self._initialized = True
+        self._disabled = None
         level = logging.WARNING if self._warned else logging.INFO
         log.log(level, "nvml source %r: NVML ready, reading %d GPU(s)", self.name, len(self._devices))
         return True
 
     def _init_failed(self, err: BaseException) -> None:
         kind = type(err).__name__
+        why = _UNAVAILABLE_HINTS.get(kind, f"NVML initialisation failed: {err}")
+        self._disabled = f"{why}; nvmlInit is retried every {format_duration(self._cfg.retry_init)}"
         if kind in self._warned:
             log.debug("nvml source %r: nvmlInit still failing: %s", self.name, err)
             return
         self._warned.add(kind)
-        why = _UNAVAILABLE_HINTS.get(kind, f"NVML initialisation failed: {err}")
         log.warning(
             "nvml source %r disabled: %s; GPU metrics are off, nvmlInit is retried every %s",
             self.name,

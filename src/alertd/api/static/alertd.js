@@ -127,6 +127,12 @@
     );
   }
 
+  function sourceHealth(s) {
+    if (s.state === "disabled") return "disabled";
+    if (s.state === "unknown") return "not read yet";
+    return s.state === "up" ? "up" : `down (${s.failures} failures)`;
+  }
+
   async function overview() {
     const [alerts, runs, sources] = await Promise.all([json("alerts?format=alertd"), json("runs"), json("sources")]);
     const order = { critical: 0, warning: 1, info: 2 };
@@ -165,17 +171,17 @@
         { id: "sources", "aria-labelledby": "sources-h" },
         h("h2", { id: "sources-h" }, "Sources"),
         table(
-          ["source", "type", "health", "last read", "samples", "last error"],
+          ["source", "type", "health", "last read", "samples", "last error or note"],
           sources.map((s) =>
             h(
               "tr",
-              { "data-source": s.name },
+              { "data-source": s.name, "data-state": s.state },
               h("td", {}, s.name),
               h("td", {}, s.type),
-              h("td", { class: s.up ? "up" : "down" }, s.up ? "up" : `down (${s.failures} failures)`),
+              h("td", { class: s.state === "down" ? "down" : s.state === "up" ? "up" : "muted" }, sourceHealth(s)),
               h("td", { title: s.lastPoll || "" }, ago(s.lastPoll)),
               h("td", {}, s.samples),
-              h("td", {}, s.lastError || "")
+              h("td", {}, s.lastError || s.note || "")
             )
           ),
           "No source is configured."
