@@ -156,3 +156,50 @@ def test_v1_and_v2_share_one_silence_store_and_v2_answers_as_alertmanager(tmp_pa
         assert refused.status_code == 400 and "end time can't be in the past" in refused.json()
         assert c.delete(f"/api/v2/silence/{sid}").status_code == 200
         assert {s["status"]["state"] for s in c.get("/api/v1/silences").json()} == {"expired"}
+
+
+ROUTES = """\
+sources:
+  - {{type: samples, name: runs, path: "{samples}", interval: 0.2}}
+notifiers:
+  hook: {{type: webhook, url: "http://127.0.0.1:9/hook?token=SECRET-route-1"}}
+  console: {{type: log}}
+route:
+  receiver: hook
+  group_by: [alertname, run]
+  routes:
+    - {{match: {{severity: critical}}, receivers: [hook, console], continue: true, send_resolved: false}}
+    - {{matchers: ['team="ml"'], receiver: console, mute_time_intervals: [nights]}}
+time_intervals:
+  - name: nights
+    time_intervals: [{{times: [{{start_time: "22:00", end_time: "24:00"}}], location: Europe/Berlin}}]
+inhibit_rules:
+  - {{source_match: {{severity: critical}}, target_match: {{severity: warning}}, equal: [run]}}
+rules:
+  - {{name: loss_nan, metric: train/loss, condition: nonfinite, severity: critical}}
+  - {{name: loss_high, metric: train/loss, condition: "> 10", labels: {{team: ml}}}}
+"""
+
+
+def test_amtool_config_routes_shows_and_tests_alertd_s_routing_tree(tmp_path: Path) -> None:
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("")
+    with Served(tmp_path, ROUTES.format(samples=samples)) as alertd:
+        tree = amtool(alertd.url, "config", "routes")
+        assert tree.strip().splitlines() == [
+            "Routing tree:",
+            ".",
+            "└── default-route  receiver: hook",
+            '    ├── {severity="critical"}  continue: true  receiver: hook+console',
+            '    └── {team="ml"}  receiver: console',
+        ]
+        test = ("config", "routes", "test", "--verify.receivers=hook+console", "severity=critical")
+        assert amtool(alertd.url, *test).split() == ["hook+console"]
+        assert amtool(alertd.url, "config", "routes", "test", "severity=warning").split() == ["hook"]
+        assert amtool(alertd.url, "config", "routes", "test", "team=ml").split() == ["console"]
+        assert alertd.get("/api/v2/receivers").json() == [
+            {"name": "hook"},
+            {"name": "console"},
+            {"name": "hook+console"},
+        ]
+        assert "SECRET-route-1" not in alertd.get("/api/v2/status").text

@@ -5,7 +5,11 @@
 - `GET /api/v2/alerts`: the firing alerts, with their receivers and whether a silence or an inhibition rule
   mutes them; `filter` (matchers), `active`, `silenced`, `inhibited`, `receiver` as amtool sends them.
 - `GET /api/v2/status`: what amtool's `config` and `cluster` commands read; `config.original` is the routing
-  part of the rules (route, inhibit rules, time intervals: no notifier, so no secret).
+  part of the rules as an Alertmanager configuration (`amtool config routes` loads it): route, receivers by
+  name only, inhibit rules, time intervals; no notifier's settings, so no secret. A route with several
+  receivers names one receiver, their names joined by `+`; `send_resolved` (a receiver's setting in
+  Alertmanager) and a rule's `notify:` are alertd's own and left out.
+- `GET /api/v2/receivers`: the receivers' names.
 
 The routes sit under `/api/`, so the bearer token, when configured, is wanted here too; amtool sends one
 with `--http.config.file` (a file holding `authorization: {credentials: <token>}`).
@@ -25,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from alertd.api.models import MatcherIn, SilenceIn, silence_from, silence_json
 from alertd.dispatch.matchers import Matcher, Silence, alert_label_map, matches_all, parse_matchers
 from alertd.dispatch.routes import bypass_route
+from alertd.durations import format_duration
 from alertd.model import Alert, AlertState, am_labels, format_time
 from alertd.userregex import compile_user_regex
 
@@ -75,6 +80,11 @@ def v2_router(service: Any, error: type[Exception]) -> APIRouter:
             "config": {"original": routing_yaml(service)},
             "uptime": format_time(started),
         }
+
+    @api.get("/receivers")
+    async def receivers() -> list[dict[str, str]]:
+        """Every receiver of `config.original`, by name."""
+        return alertmanager_config(service)["receivers"]  # type: ignore[no-any-return]
 
     @api.get("/silences")
     async def silences(filter: Filters = None) -> list[dict[str, Any]]:
@@ -226,12 +236,51 @@ def gettable_alert(service: Any, a: Alert) -> dict[str, Any]:
 
 
 def routing_yaml(service: Any) -> str:
-    """The routing part of the loaded rules as YAML: `route`, `inhibit_rules`, `time_intervals` (notifiers,
-    which hold secrets, are left out)."""
+    """`alertmanager_config` as YAML, with a comment on what it leaves out."""
+    head = (
+        "# alertd's routing as an Alertmanager configuration. A route with several receivers names them joined\n"
+        "# by '+'; send_resolved and the rules' notify: are alertd's own and not shown.\n"
+    )
+    return head + yaml.safe_dump(alertmanager_config(service), sort_keys=False)
+
+
+def alertmanager_config(service: Any) -> dict[str, Any]:
+    """The routing part of the loaded rules as an Alertmanager configuration that Alertmanager's own loader
+    accepts: `route` (the root with its resolved receiver, grouping and timings), `receivers` (names only:
+    notifiers hold secrets), `inhibit_rules`, `time_intervals`."""
     cfg = service.config
-    doc: dict[str, Any] = {
-        "route": cfg.route.model_dump(mode="json", by_alias=True, exclude_defaults=True),
+    resolved = cfg.route.to_route()
+    names: list[str] = list(cfg.notifiers)
+
+    def receiver(given: list[str]) -> str:
+        name = "+".join(given) if given else "none"
+        if name not in names:
+            names.append(name)
+        return name
+
+    def node(rc: Any, root: bool) -> dict[str, Any]:
+        body = rc.model_dump(
+            mode="json", by_alias=True, exclude_defaults=True, exclude={"receiver", "receivers", "send_resolved"}
+        )
+        body.pop("routes", None)
+        given = list(resolved.receivers) if root else rc.receiver_list()
+        out: dict[str, Any] = {} if given is None else {"receiver": receiver(given)}
+        if root:
+            body.update(
+                group_by=list(resolved.group_by),
+                group_wait=format_duration(resolved.group_wait),
+                group_interval=format_duration(resolved.group_interval),
+                repeat_interval=format_duration(resolved.repeat_interval),
+            )
+        out.update(body)
+        if rc.routes:
+            out["routes"] = [node(child, False) for child in rc.routes]
+        return out
+
+    route = node(cfg.route, True)
+    return {
+        "route": route,
+        "receivers": [{"name": n} for n in names],
         "inhibit_rules": [r.model_dump(mode="json", exclude_defaults=True) for r in cfg.inhibit_rules],
         "time_intervals": [t.model_dump(mode="json", exclude_none=True) for t in cfg.route.time_interval_configs()],
     }
-    return yaml.safe_dump(doc, sort_keys=False)
