@@ -181,6 +181,7 @@ class Service:
     def open(self) -> None:
         """Build the sources, notifiers and dispatcher, and take up the state of the previous run."""
         config = self.config
+        _log_warnings(config)
         self.sources = {s.name: build_source(s) for s in config.sources}
         self.health = {name: SourceHealth(name, src.interval) for name, src in self.sources.items()}
         self.notifiers = {name: self._notifier(name, cfg) for name, cfg in config.notifiers.items()}
@@ -265,6 +266,7 @@ class Service:
         self.engine = Engine(config, old.buffer, ruleset, state, old.runs)
         self._reconfigure(old.config, config)
         log.info("rules reloaded: %d rules (%d unchanged)", len(config.rules), len(kept))
+        _log_warnings(config)
         return []
 
     def _reconfigure(self, old: Config, new: Config) -> None:
@@ -778,8 +780,17 @@ def _config_fp(sources: Sequence[SourceConfig], name: str) -> str | None:
     return None if cfg is None else fingerprint(cfg.model_dump_json())
 
 
+def _log_warnings(config: Config) -> None:
+    """What `alertd check` prints as warnings (a severity no route uses), logged once per load."""
+    for warning in config.warnings:
+        log.warning("rules: %s", warning)
+
+
 def _log_transition(t: Transition) -> None:
-    level = logging.WARNING if t.state in (TransitionKind.FIRING, TransitionKind.PENDING) else logging.INFO
+    """A transition on alertd's log: WARNING while a critical or warning alert is pending or firing, INFO for an
+    `info` alert and for every resolution (`alertd.notify.log.level_of` judges the log notifier's lines alike)."""
+    firing = t.state in (TransitionKind.FIRING, TransitionKind.PENDING)
+    level = logging.WARNING if firing and t.severity != "info" else logging.INFO
     labels = dict(t.labels)
     log.log(
         level,
