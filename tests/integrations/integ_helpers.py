@@ -81,8 +81,15 @@ def start(script: str, outdir: Path, mode: str) -> Child:
             stdin=subprocess.DEVNULL,
             env=env,
             cwd=outdir,
+            preexec_fn=_default_sigint,
         )
     return Child(proc, outdir)
+
+
+def _default_sigint() -> None:
+    """In the child, before exec: SIGINT at its default disposition (a shell's background job inherits it ignored,
+    and Python then leaves it ignored), so that the script's Python makes it KeyboardInterrupt as usual."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def read_samples(path: Path) -> list[dict[str, Any]]:
