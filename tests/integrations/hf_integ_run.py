@@ -4,6 +4,7 @@ Usage::
 
     python hf_integ_run.py OUTDIR nan_crash     # phases nan, caught, crash; exits 1 (the crash is not caught)
     python hf_integ_run.py OUTDIR stop          # phases abort, stopfile, sigint; exits 0
+    python hf_integ_run.py OUTDIR guard         # phases savestep, between; exits 0
 
 Each phase trains the one-layer GPT-2 of ``tests/writers/hf_trainer_run.py`` with a Trainer whose
 ``output_dir`` is ``OUTDIR/<phase>`` and a fresh ``AlertdCallback()`` with its defaults, so the samples file
@@ -19,6 +20,10 @@ the phase's name. The phases:
   enough for two SIGINTs; the KeyboardInterrupt of the second is caught here and printed.
 - stopfile, sigint: up to 2,000 steps of about 20 ms; they end when the test asks them to stop (stop file, SIGINT).
   stopfile runs with ``save_strategy="no"``, sigint with ``save_strategy="steps"`` and a ``save_steps`` never reached.
+- savestep, between: ``save_steps=10, save_total_limit=1``, up to 2,000 steps, the loss NaN from step ``GUARD_NAN_AT``
+  (40, a save step) and 42, after which each step takes about 50 ms; they end when the test asks them to stop
+  (SIGINT for savestep, the stop file for between). A NaN loss makes the weights NaN as it does in a real run:
+  the Trainer backpropagates it, clips the NaN gradients (NaN) and AdamW steps on them.
 """
 
 from __future__ import annotations
@@ -39,14 +44,17 @@ from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, 
 from alertd.integrations.transformers import AlertdCallback
 
 NAN_AT = 4
+GUARD_NAN_AT = {"savestep": 40, "between": 42}
 
 
 class StepHooks(TrainerCallback):
-    """Knows the step being trained (1-based); sleeps after each step; raises at the end of step ``raise_at``."""
+    """Knows the step being trained (1-based); sleeps after each step from ``sleep_from`` on; raises at the end of step
+    ``raise_at``."""
 
-    def __init__(self, sleep: float = 0.0, raise_at: int | None = None) -> None:
+    def __init__(self, sleep: float = 0.0, raise_at: int | None = None, sleep_from: int = 0) -> None:
         self.sleep = sleep
         self.raise_at = raise_at
+        self.sleep_from = sleep_from
         self.step = 0
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -57,7 +65,8 @@ class StepHooks(TrainerCallback):
         """Sleep; raise at step ``raise_at``."""
         if self.raise_at is not None and state.global_step >= self.raise_at:
             raise RuntimeError(f"raised by a callback at step {state.global_step}")
-        time.sleep(self.sleep)
+        if state.global_step >= self.sleep_from:
+            time.sleep(self.sleep)
 
 
 def train(outdir: Path, steps: int, hooks: StepHooks, forward: Any = None, **overrides: Any) -> Trainer:
@@ -146,11 +155,25 @@ def stop(out: Path) -> None:
     print("stopped cleanly", flush=True)
 
 
+def guard(out: Path) -> None:
+    """Phases savestep and between: NaN weights, checkpoints every 10 steps, stopped by the test."""
+    for phase, nan_at in GUARD_NAN_AT.items():
+        hooks = StepHooks(sleep=0.05, sleep_from=nan_at)
+
+        def poison(output: Any, hooks: StepHooks = hooks, nan_at: int = nan_at) -> Any:
+            if hooks.step >= nan_at:
+                output.loss = output.loss * math.nan
+            return output
+
+        train(out / phase, 2000, hooks, poison, save_strategy="steps", save_steps=10, save_total_limit=1)
+    print("stopped cleanly", flush=True)
+
+
 def main() -> None:
     """Parse the command line and run the phases of the mode."""
     out, mode = Path(sys.argv[1]), sys.argv[2]
     torch.set_num_threads(1)
-    {"nan_crash": nan_crash, "stop": stop}[mode](out)
+    {"nan_crash": nan_crash, "stop": stop, "guard": guard}[mode](out)
 
 
 if __name__ == "__main__":

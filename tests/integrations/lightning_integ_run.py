@@ -4,6 +4,7 @@ Usage::
 
     python lightning_integ_run.py OUTDIR nan_crash     # phases nan, crash; exits 1 (the crash is not caught)
     python lightning_integ_run.py OUTDIR stop          # phases abort, stopfile, sigint; exits 0
+    python lightning_integ_run.py OUTDIR guard         # phase guard; exits 0
 
 Each phase fits the one linear layer of ``tests/writers/lightning_run.py`` on the CPU with
 ``default_root_dir=OUTDIR/<phase>``, no logger, and a fresh ``AlertdCallback()`` with its defaults, so the
@@ -21,6 +22,10 @@ run label the phase's name. The phases:
 - stopfile, sigint: up to 2,000 steps of about 20 ms; they end when the test asks them to stop (stop file, SIGINT).
   stopfile runs without a ``ModelCheckpoint`` (the checkpoint goes to ``default_root_dir``), sigint with one
   (the checkpoint goes to its directory, ``OUTDIR/sigint/checkpoints``).
+- guard: up to 2,000 steps with Adam and ``ModelCheckpoint(every_n_train_steps=10, save_top_k=1, save_last=True)``
+  (no monitor: the newest replaces the previous one) in ``OUTDIR/guard/checkpoints``; the loss is NaN from
+  ``global_step`` ``GUARD_NAN_AT`` (39) on, so the weights are NaN from global step 40, a save step, on; from then
+  on each step takes about 50 ms. It ends when the test asks it to stop (SIGINT).
 """
 
 from __future__ import annotations
@@ -37,12 +42,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "writers"))
 
 import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import grad_norm
 from lightning_run import TinyRegression, random_loader
 
 from alertd.integrations.lightning import AlertdCallback
 
 NAN_AT = 4
+GUARD_NAN_AT = 39
 
 
 class Model(TinyRegression):
@@ -72,10 +79,29 @@ class Model(TinyRegression):
         self.grad_norms[self.global_step] = float(grad_norm(self, norm_type=2)["grad_2.0_norm_total"])
 
 
+class GuardModel(Model):
+    """Model, trained with Adam (whose state turns NaN with the weights), slow from its NaN step on."""
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        """Adam: moments that a NaN gradient turns NaN."""
+        return torch.optim.Adam(self.parameters(), lr=0.01)
+
+    def on_train_batch_end(self, outputs: object, batch: object, batch_idx: int) -> None:
+        """Wait 50 ms after each step from the NaN one on."""
+        if self.nan_at is not None and self.global_step > self.nan_at:
+            time.sleep(0.05)
+
+
 def fit(
-    outdir: Path, steps: int, model: Model, checkpointing: bool = False, clip: float | None = None, accumulate: int = 1
+    outdir: Path,
+    steps: int,
+    model: Model,
+    checkpointing: bool = False,
+    clip: float | None = None,
+    accumulate: int = 1,
+    checkpoint: ModelCheckpoint | None = None,
 ) -> L.Trainer:
-    """Fit ``model`` for ``steps`` optimizer steps with AlertdCallback."""
+    """Fit ``model`` for ``steps`` optimizer steps with AlertdCallback (and ``checkpoint``)."""
     L.seed_everything(0, verbose=False)
     trainer = L.Trainer(
         accelerator="cpu",
@@ -85,10 +111,10 @@ def fit(
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        enable_checkpointing=checkpointing,
+        enable_checkpointing=checkpointing or checkpoint is not None,
         gradient_clip_val=clip,
         accumulate_grad_batches=accumulate,
-        callbacks=[AlertdCallback()],
+        callbacks=[AlertdCallback(), *([checkpoint] if checkpoint is not None else [])],
     )
     trainer.fit(model, train_dataloaders=random_loader(steps * accumulate, seed=1))
     return trainer
@@ -126,11 +152,20 @@ def stop(out: Path) -> None:
     print("stopped cleanly", flush=True)
 
 
+def guard(out: Path) -> None:
+    """Phase guard: NaN weights from global step 40, checkpoints every 10 steps, stopped by the test."""
+    checkpoint = ModelCheckpoint(
+        dirpath=out / "guard" / "checkpoints", every_n_train_steps=10, save_top_k=1, save_last=True
+    )
+    fit(out / "guard", 2000, GuardModel(nan_at=GUARD_NAN_AT), checkpoint=checkpoint)
+    print("stopped cleanly", flush=True)
+
+
 def main() -> None:
     """Parse the command line and run the phases of the mode."""
     out, mode = Path(sys.argv[1]), sys.argv[2]
     torch.set_num_threads(1)
-    {"nan_crash": nan_crash, "stop": stop}[mode](out)
+    {"nan_crash": nan_crash, "stop": stop, "guard": guard}[mode](out)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from integ_helpers import Child, StopResult, drive_stop, dry_run, markers, series, start
 
+from alertd.integrations.ledger import last_good, read
+
 pytestmark = pytest.mark.slow
 
 SCRIPT = "hf_integ_run.py"
@@ -55,14 +57,27 @@ def assert_stopped(child: Child, phase: str, requested_after: int, reason: str) 
     """The phase stopped at the step boundary after the request, saved its checkpoint there, and said why."""
     samples = child.samples(phase)
     n, ckpt = checkpoint_of(child.outdir / phase)
-    assert requested_after < n < 500, (requested_after, n)
+    # The request may land between the step's train/loss and the stop file's poll in the same on_step_end.
+    assert requested_after <= n < 500, (requested_after, n)
     assert max(series(samples, "train/loss")) == n  # no step after the one it stopped at
+    rule = {"rule": "loss_not_finite"} if reason == "stop_file" else {}
     assert markers(samples)[1:] == [
-        ("run.stopped", 1.0, {"reason": reason, **({"rule": "loss_not_finite"} if reason == "stop_file" else {})}),
+        ("run.stopped", 1.0, {"reason": reason, **rule, "checkpoint": str(ckpt), "saved": "true"}),
         ("run.crashed", 0.0, {}),
         ("run.finished", 1.0, {}),
     ]
     assert [s["step"] for s in samples if s["metric"] == "run.stopped"] == [n]
+    # The checkpoint ledger: the stop's save, finite weights; the one to roll back to.
+    (entry,) = read(child.outdir / phase)
+    assert {k: entry[k] for k in ("step", "path", "finite", "saved", "by", "framework")} == {
+        "step": n,
+        "path": str(ckpt),
+        "finite": True,
+        "saved": True,
+        "by": "stop",
+        "framework": "hf",
+    }
+    assert last_good(child.outdir / phase) == entry
     # The Trainer's own, complete, resumable checkpoint.
     assert (ckpt / "model.safetensors").stat().st_size > 0
     assert (ckpt / "optimizer.pt").is_file() and (ckpt / "scheduler.pt").is_file()
@@ -72,6 +87,7 @@ def assert_stopped(child: Child, phase: str, requested_after: int, reason: str) 
     with safe_open(str(ckpt / "model.safetensors"), "np") as f:
         assert "transformer.wte.weight" in set(f.keys())
     assert f"alertd: stopping at step {n}, asked by " in child.log
+    assert f"; checkpoint: {ckpt}\n" in child.log
     return n
 
 

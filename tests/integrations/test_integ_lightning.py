@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from integ_helpers import Child, StopResult, drive_stop, dry_run, markers, number, series, start
 
+from alertd.integrations.ledger import read
+
 pytestmark = pytest.mark.slow
 
 SCRIPT = "lightning_integ_run.py"
@@ -53,18 +55,25 @@ def assert_stopped(child: Child, phase: str, ckpt_dir: Path, requested_after: in
     assert [p.parent for p in found] == [ckpt_dir], found
     n = int(found[0].stem.split("=")[1])  # trainer.global_step: the number of optimizer steps done
     last = max(series(samples, "train/loss"))  # the step `training_step` saw, 0-based
-    assert requested_after < last < 500 and n == last + 1, (requested_after, last, n)
+    # The request may land between the step's train/loss and the stop file's poll in the same batch end.
+    assert requested_after <= last < 500 and n == last + 1, (requested_after, last, n)
+    rule = {"rule": "loss_not_finite"} if reason == "stop_file" else {}
     assert markers(samples)[1:] == [
-        ("run.stopped", 1.0, {"reason": reason, **({"rule": "loss_not_finite"} if reason == "stop_file" else {})}),
+        ("run.stopped", 1.0, {"reason": reason, **rule, "checkpoint": str(found[0]), "saved": "true"}),
         ("run.crashed", 0.0, {}),
         ("run.finished", 1.0, {}),
     ]
     assert [s["step"] for s in samples if s["metric"] == "run.stopped"] == [n]
+    # The checkpoint ledger, in default_root_dir: the stop's save first (ModelCheckpoint's, if any, after it).
+    ledger = [(e["step"], e["path"], e["finite"], e["saved"], e["by"]) for e in read(child.outdir / phase)]
+    assert ledger[0] == (n, str(found[0]), True, True, "stop")
+    assert all(e[0] == n and e[2:4] == (True, True) and e[4] == "schedule" for e in ledger[1:]), ledger
     ckpt = torch.load(found[0], map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == n
     assert set(ckpt["state_dict"]) == {"layer.weight", "layer.bias"}
     assert ckpt["optimizer_states"] and "loops" in ckpt  # a full, resumable checkpoint
     assert f"alertd: stopping at step {n}, asked by " in child.log
+    assert f"; checkpoint: {found[0]}\n" in child.log
 
 
 def test_stop_file_saves_a_checkpoint_and_stops(children: dict[str, Child], stopped: StopResult) -> None:

@@ -1,6 +1,7 @@
 """The whole story: `alertd exec` runs a real HF Trainer and a real Lightning run with AlertdCallback; the
-raw loss turns NaN, alertd's kill notifier (target child, first signal SIGINT) asks, the callback saves a
-checkpoint at the next step and the run ends cleanly: exit 0, the checkpoint on disk."""
+raw loss turns NaN, alertd's kill notifier (target child, first signal SIGINT) asks, the callback stops the run
+at the next step and it ends cleanly: exit 0. The NaN loss made the weights NaN, so the stop saves no checkpoint
+(these runs save none of their own: there is no good one either), and says so."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from alertd.integrations.ledger import read
 
 WRITERS = Path(__file__).resolve().parents[1] / "writers"
 RULES = """
@@ -24,7 +27,7 @@ rules:
 
 
 @pytest.mark.parametrize("framework", ["hf", "lightning"])
-def test_alertd_stops_a_real_training_with_a_checkpoint(tmp_path: Path, framework: str) -> None:
+def test_alertd_stops_a_real_training_without_saving_nan_weights(tmp_path: Path, framework: str) -> None:
     samples = tmp_path / "alertd-samples.jsonl"
     rules = tmp_path / "rules.yaml"
     rules.write_text(RULES.format(samples=samples))
@@ -47,9 +50,9 @@ def test_alertd_stops_a_real_training_with_a_checkpoint(tmp_path: Path, framewor
     assert stopped["labels"]["reason"] == "SIGINT"
     losses = [x for x in lines if x["metric"] == "train/loss"]
     assert losses[-1]["value"] == "NaN" and len(losses) < 3000  # stopped long before the end
-    if framework == "hf":
-        (ckpt,) = out.glob("checkpoint-*")
-        assert (ckpt / "model.safetensors").is_file() and (ckpt / "trainer_state.json").is_file()
-    else:
-        (ckpt,) = tmp_path.glob("**/alertd-stop-step=*.ckpt")
-        assert ckpt.stat().st_size > 0
+    assert stopped["labels"]["saved"] == "false" and "checkpoint" not in stopped["labels"]
+    assert b"weights not finite, no checkpoint saved; no good checkpoint is known" in done.stderr
+    # No checkpoint of NaN weights; the ledger (HF: output_dir; Lightning: default_root_dir, the cwd) says why.
+    assert not list(tmp_path.rglob("checkpoint-*")) and not list(tmp_path.rglob("*.ckpt"))
+    (entry,) = read(out if framework == "hf" else tmp_path)
+    assert (entry["step"], entry["finite"], entry["saved"], entry["by"]) == (stopped["step"], False, False, "stop")

@@ -29,6 +29,17 @@ looked for after every optimizer step; or SIGINT / SIGUSR1, see `alertd.integrat
 unless `min_steps` / `min_epochs` are not met yet (it says so, and trains on). In a multi-process run the
 request is shared with `trainer.strategy.reduce_boolean_decision` every step, so all ranks save and stop
 together.
+
+Checkpoints whose weights are not finite are vetoed. On every `ModelCheckpoint` of the trainer (Lightning runs
+them after all other callbacks), the two methods that save and then rotate, `_save_topk_checkpoint` (top-k,
+and the latest with `monitor=None`) and `_save_last_checkpoint` (`last.ckpt`), are wrapped from `on_train_start`
+to `teardown`, and skipped whole when a floating tensor of the module's parameters or of an optimizer's state is
+NaN or infinite (`alertd.integrations.finite`: at most once per global step, one device sync, agreed by all
+ranks with `reduce_boolean_decision`): the `ModelCheckpoint` does not believe it saved, so it deletes nothing.
+The stop's own checkpoint is saved only with finite weights; otherwise nothing is saved and the run still
+stops. Every save and veto is recorded in the checkpoint ledger `<default_root_dir>/alertd-checkpoints.jsonl`
+(`alertd.integrations.ledger`, written by global rank 0), and the stop's log line and `run.stopped` (labels
+`checkpoint`, `saved`) name the checkpoint saved at the stop, or the last good one when nothing was saved.
 """
 
 from __future__ import annotations
@@ -36,13 +47,16 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from alertd.integrations import finite
+from alertd.integrations.ledger import SCHEDULE, STOP, Ledger
 from alertd.integrations.recorder import GRAD_NORM, LOSS, RunRecorder
 from alertd.integrations.stop import DEFAULT_SIGNALS
 
 log = logging.getLogger("alertd.integrations")
+_MISSING = object()
 
 
 def _lightning_callback() -> Any:
@@ -86,6 +100,12 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         self.checkpoint_dir = os.fspath(checkpoint_dir) if checkpoint_dir is not None else None
         self._fitting = False
         self._stopping = False
+        self._ledger = Ledger(".", "lightning", write=False)
+        self._patches: list[tuple[object, str, object, object]] = []
+        self._finite_at: int | None = None  # the global step whose weights `_finite` tells about
+        self._finite = True
+        self._recording = 0  # > 0 inside a wrapped save of a ModelCheckpoint
+        self._recording_saves = 0
         self._reset(None)
 
     def _reset(self, step: int | None) -> None:
@@ -103,10 +123,19 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         self._fitting = False
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        """Open the samples file, write `run.started`, listen for a stop."""
+        """Open the samples file, write `run.started`, listen for a stop, guard the ModelCheckpoints' saves."""
         self._stopping = False
+        self._finite_at = None
         self._reset(None)
         self.recorder.start(trainer.default_root_dir, trainer.global_step)
+        self._ledger = Ledger(trainer.default_root_dir, "lightning", write=bool(trainer.is_global_zero))
+        self._unpatch()
+        for callback in getattr(trainer, "checkpoint_callbacks", ()):
+            self._guard(trainer, callback)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """Put the ModelCheckpoints' methods back (after an exception they stay guarded until the next fit)."""
+        self._unpatch()
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         """Remember the step this batch trains for (micro-batches of one step share it)."""
@@ -147,10 +176,98 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
             return
         self._stopping = True
         step = trainer.global_step
-        path = os.path.join(self._checkpoint_dir(trainer), f"alertd-stop-step={step}.ckpt")
-        trainer.save_checkpoint(path, weights_only=False)  # the full, resumable checkpoint
+        path = os.path.abspath(os.path.join(self._checkpoint_dir(trainer), f"alertd-stop-step={step}.ckpt"))
+        if self._weights_finite(trainer):
+            trainer.save_checkpoint(path, weights_only=False)  # the full, resumable checkpoint
+            self._ledger.saved(step, path, STOP)
+            self.recorder.stopped(step, reason, path, saved=True)
+        else:
+            self._ledger.vetoed(step, path, STOP)
+            not_saved = "weights not finite, no checkpoint saved"
+            self.recorder.stopped(step, reason, self._ledger.last_good(), saved=False, not_saved=not_saved)
         trainer.should_stop = True
-        self.recorder.stopped(step, reason, path)
+
+    def _weights_finite(self, trainer: Any) -> bool:
+        """Whether the module's parameters and the optimizers' state are finite now, on every rank (once a step)."""
+        step = trainer.global_step
+        if self._finite_at != step:
+            flag = finite.weights_flag([trainer.lightning_module], trainer.optimizers, trainer.strategy.root_device)
+            self._finite = bool(trainer.strategy.reduce_boolean_decision(bool(flag.item()), all=True))
+            self._finite_at = step
+        return self._finite
+
+    def _guard(self, trainer: Any, checkpoint: Any) -> None:
+        """Wrap a ModelCheckpoint's `_save_topk_checkpoint` and `_save_last_checkpoint` (each saves, then deletes
+        what it replaced) to skip them when the weights are not finite, and its `_save_checkpoint` to record the
+        saves they make in the ledger."""
+        topk = getattr(checkpoint, "_save_topk_checkpoint", None)
+        last = getattr(checkpoint, "_save_last_checkpoint", None)
+        save = getattr(checkpoint, "_save_checkpoint", None)
+        if topk is None or last is None or save is None:
+            log.warning(
+                "alertd: %s has no _save_topk_checkpoint / _save_last_checkpoint: its checkpoints are saved "
+                "without a look at their weights",
+                type(checkpoint).__name__,
+            )
+            return
+
+        def guarded_topk(trainer: Any, candidates: Any) -> Any:
+            if getattr(checkpoint, "save_top_k", 1) == 0:
+                return topk(trainer, candidates)
+            if self._weights_finite(trainer):
+                return self._recorded(topk, trainer, candidates)
+            monitor = getattr(checkpoint, "monitor", None)
+            if monitor is None or (
+                monitor in candidates and checkpoint.check_monitor_top_k(trainer, candidates.get(monitor))
+            ):  # it would have saved (and maybe deleted one)
+                self._ledger.vetoed(trainer.global_step, checkpoint.format_checkpoint_name(candidates), SCHEDULE)
+            return None
+
+        def guarded_last(trainer: Any, candidates: Any) -> Any:
+            if not getattr(checkpoint, "save_last", None):
+                return last(trainer, candidates)
+            if self._weights_finite(trainer):
+                saves = self._recording_saves
+                result = self._recorded(last, trainer, candidates)
+                if self._recording_saves == saves and checkpoint.last_model_path:  # save_last="link": it linked
+                    self._ledger.saved(trainer.global_step, checkpoint.last_model_path, SCHEDULE)
+                return result
+            name = checkpoint.format_checkpoint_name(candidates, checkpoint.CHECKPOINT_NAME_LAST)
+            self._ledger.vetoed(trainer.global_step, name, SCHEDULE)
+            return None
+
+        def recording_save(trainer: Any, filepath: Any) -> Any:
+            result = save(trainer, filepath)
+            if self._recording:
+                self._recording_saves += 1
+                self._ledger.saved(trainer.global_step, os.fspath(filepath), SCHEDULE)
+            return result
+
+        self._set(checkpoint, "_save_topk_checkpoint", guarded_topk)
+        self._set(checkpoint, "_save_last_checkpoint", guarded_last)
+        self._set(checkpoint, "_save_checkpoint", recording_save)
+
+    def _recorded(self, method: Callable[..., Any], *args: Any) -> Any:
+        self._recording += 1
+        try:
+            return method(*args)
+        finally:
+            self._recording -= 1
+
+    def _set(self, obj: object, name: str, value: Callable[..., Any]) -> None:
+        previous = vars(obj).get(name, _MISSING)
+        setattr(obj, name, value)
+        self._patches.append((obj, name, previous, value))
+
+    def _unpatch(self) -> None:
+        while self._patches:
+            obj, name, previous, value = self._patches.pop()
+            if vars(obj).get(name) is not value:
+                continue  # replaced by someone else since: theirs now
+            if previous is _MISSING:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, previous)
 
     def _checkpoint_dir(self, trainer: Any) -> str:
         if self.checkpoint_dir:

@@ -4,8 +4,9 @@ Framework-free; `alertd.integrations.transformers` and `alertd.integrations.ligh
 hooks. The run markers are those alertd's run tracking reads:
 
 - `run.started` = 1 when training begins;
-- `run.stopped` = 1 (labels `reason`: stop_file, SIGINT or SIGUSR1; `rule` when the stop file names one)
-  when a stop request is honoured;
+- `run.stopped` = 1 (labels `reason`: stop_file, SIGINT or SIGUSR1; `rule` when the stop file names one;
+  `checkpoint`: the checkpoint saved at the stop, or when none was, the last good one; `saved`: "true" or
+  "false", "false" when the weights were not finite and nothing was saved) when a stop request is honoured;
 - at the end, `run.crashed` = 0 and `run.finished` = 1 (it finished), or `run.crashed` = 1 (label
   `exception`: the exception's type name) and `run.finished` = 1 (it crashed).
 
@@ -103,13 +104,27 @@ class RunRecorder:
         """The reason of a pending stop request (looks for the stop file), or None."""
         return self.stop.poll() if self.active else None
 
-    def stopped(self, step: int, reason: str, checkpoint: str | None) -> None:
-        """A stop request is honoured at `step`: say why, in the log and as `run.stopped`."""
+    def stopped(
+        self, step: int, reason: str, checkpoint: str | None, saved: bool | None = None, not_saved: str = ""
+    ) -> None:
+        """A stop request is honoured at `step`: say why, and which checkpoint, in the log and as `run.stopped`.
+
+        `saved`: True when `checkpoint` was saved at the stop; False when nothing was (`not_saved` says what
+        happened, e.g. "weights not finite, no checkpoint saved"; `checkpoint` is then the last good one, or None);
+        None when it is not known."""
         labels = {"reason": reason}
         if reason == STOP_FILE and isinstance(rule := self.stop.file_body().get("rule"), str) and rule:
             labels["rule"] = rule
+        if checkpoint:
+            labels["checkpoint"] = checkpoint
+        if saved is not None:
+            labels["saved"] = "true" if saved else "false"
         why = self.stop.describe() if self.stop.reason == reason else f"a stop request on another rank ({reason})"
-        where = f"checkpoint: {checkpoint}" if checkpoint else "no checkpoint"
+        if saved is False:
+            last = f"the last good checkpoint is {checkpoint}" if checkpoint else "no good checkpoint is known"
+            where = f"{not_saved or 'no checkpoint saved'}; {last}"
+        else:
+            where = f"checkpoint: {checkpoint}" if checkpoint else "no checkpoint"
         log.warning("alertd: stopping at step %d, asked by %s; %s", step, why, where)
         self.write(STOPPED, 1.0, step, labels)
         self.stop.consume()

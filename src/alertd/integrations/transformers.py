@@ -36,6 +36,17 @@ itself saves `<output_dir>/checkpoint-<step>` (model, optimizer, scheduler, RNG 
 regular, resumable checkpoint, whatever `save_strategy` says, "no" included) and leaves its loop;
 `train()` then returns normally. In a multi-process run the request is shared by an all-reduce each
 step, so every rank saves and stops at the same step.
+
+Checkpoints whose weights are not finite are vetoed: the Trainer instance's `_save_checkpoint` (which saves
+`checkpoint-<step>` and then rotates the old ones away, `save_total_limit`) is wrapped too, and skipped, with
+its rotation, when a floating tensor of the model's parameters or of the optimizer's state is NaN or infinite
+(`alertd.integrations.finite`: computed at most once per global step, one device sync, all-reduced with MIN in
+a multi-process run so that every rank vetoes together). Callbacks are then not told `on_save` either. This
+covers every save (`save_strategy` steps, epoch, best) and the stop: a stop whose weights are not finite saves
+nothing (`control.should_save = False`) and still stops. Every save and veto is recorded in the checkpoint
+ledger `<output_dir>/alertd-checkpoints.jsonl` (`alertd.integrations.ledger`, written by process 0), and the
+stop's log line and `run.stopped` (labels `checkpoint`, `saved`) name the checkpoint saved at the stop, or the
+last good one when nothing was saved.
 """
 
 from __future__ import annotations
@@ -46,6 +57,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from alertd.integrations import finite
+from alertd.integrations.ledger import SCHEDULE, STOP, Ledger
 from alertd.integrations.recorder import GRAD_NORM, LOSS, RunRecorder
 from alertd.integrations.stop import DEFAULT_SIGNALS
 
@@ -86,20 +99,36 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
             )
         self.recorder = RunRecorder(samples_path, stop_file, run, signals)
         self._patches: list[tuple[object, str, object, object]] = []
+        self._trainer: Any = None
+        self._ledger = Ledger(".", "hf", write=False)
         self._loss: Any = None
         self._grad_norm: Any = None
+        self._reset_run()
+
+    def _reset_run(self) -> None:
         self._stopping = False
-        self._saved = False
+        self._stop_step: int | None = None
+        self._pending_stop: str | None = None  # the reason of a stop whose checkpoint the Trainer is to save
+        self._finite_at: int | None = None  # the global step whose weights `_finite` tells about
+        self._finite = True
+        self._vetoed_save = False
+        self._saved_path: str | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Open the samples file, write `run.started`, listen for a stop, wrap the Trainer's two methods."""
+        """Open the samples file, write `run.started`, listen for a stop, wrap the Trainer's methods."""
         self._unpatch()
         self._loss = self._grad_norm = None
-        self._stopping = self._saved = False
-        self.recorder.start(args.output_dir or ".", state.global_step)
+        self._reset_run()
+        output_dir = args.output_dir or "."
+        self.recorder.start(output_dir, state.global_step)
+        self._ledger = Ledger(output_dir, "hf", write=getattr(args, "process_index", 0) == 0)
         trainer = _find_trainer(self)
+        self._trainer = trainer
         if trainer is None:
-            log.warning("alertd: the Trainer is not on the call stack: train/loss and train/grad_norm are not recorded")
+            log.warning(
+                "alertd: the Trainer is not on the call stack: train/loss and train/grad_norm are not recorded, "
+                "and checkpoints are saved without a look at their weights"
+            )
         else:
             self._patch(trainer)
 
@@ -117,25 +146,49 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
             self.recorder.write(GRAD_NORM, float(self._grad_norm), step)
         self._loss = self._grad_norm = None
         reason = _any_rank(self.recorder.stop_reason(), args)
-        if reason is not None and not self._stopping:
-            self._stopping = True
+        if reason is None or self._stopping:
+            return
+        self._stopping = True
+        self._stop_step = step
+        control.should_training_stop = True
+        if self._trainer is not None and not self._weights_finite():
+            control.should_save = False  # and should the schedule save here, `_save_checkpoint` vetoes it
+            self._ledger.vetoed(step, _checkpoint_path(self._trainer, None, step), STOP)
+            not_saved = "weights not finite, no checkpoint saved"
+            self.recorder.stopped(step, reason, self._ledger.last_good(), saved=False, not_saved=not_saved)
+        else:
             control.should_save = True
-            control.should_training_stop = True
-            checkpoint = os.path.join(args.output_dir or ".", f"checkpoint-{step}")
-            self.recorder.stopped(step, reason, checkpoint)
+            self._pending_stop = reason  # reported once the Trainer saved (on_save), or did not (on_train_end)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """The Trainer saved a checkpoint."""
-        self._saved = self._stopping
+        """The Trainer saved a checkpoint: if it is the stop's, say so."""
+        if self._pending_stop is not None and self._stop_step is not None:
+            reason, self._pending_stop = self._pending_stop, None
+            path = self._saved_path or os.path.join(args.output_dir or ".", f"checkpoint-{self._stop_step}")
+            self.recorder.stopped(self._stop_step, reason, os.path.abspath(path), saved=True)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Write `run.crashed` = 0 and `run.finished` = 1; put everything back."""
-        if self._stopping and not self._saved:  # save_strategy="best" and an evaluation at that step said "not best"
-            log.warning(
-                "alertd: the Trainer saved no checkpoint when it stopped (save_strategy=%s)", args.save_strategy
-            )
+        if self._pending_stop is not None and self._stop_step is not None:
+            # save_strategy="best" and an evaluation at that step said "not best": the Trainer saved nothing.
+            reason, self._pending_stop = self._pending_stop, None
+            not_saved = f"the Trainer saved no checkpoint (save_strategy={args.save_strategy})"
+            self.recorder.stopped(self._stop_step, reason, self._ledger.last_good(), saved=False, not_saved=not_saved)
         self._unpatch()
+        self._trainer = None
         self.recorder.finish(state.global_step)
+
+    def _weights_finite(self) -> bool:
+        """Whether the model's parameters and the optimizer's state are finite now, on every rank (once a step)."""
+        trainer = self._trainer
+        step = trainer.state.global_step
+        if self._finite_at != step:
+            optimizer = getattr(trainer, "optimizer", None)
+            optimizers = [optimizer] if optimizer is not None else []
+            flag = finite.weights_flag([trainer.model], optimizers, trainer.args.device)
+            flag = finite.all_ranks_min(flag)
+            self._finite, self._finite_at = bool(flag.item()), step
+        return self._finite
 
     # The wrappers of the Trainer's methods.
 
@@ -153,6 +206,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
             return loss
 
         self._set(trainer, "training_step", recording_training_step)
+        self._guard_saves(trainer)
         accelerator = getattr(trainer, "accelerator", None)
         clip = getattr(accelerator, "clip_grad_norm_", None)
         if clip is None:
@@ -166,6 +220,40 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
             return norm
 
         self._set(accelerator, "clip_grad_norm_", recording_clip_grad_norm_)
+
+    def _guard_saves(self, trainer: Any) -> None:
+        """Wrap `trainer._save_checkpoint` (the save and the rotation) to veto a save of weights that are not finite,
+        and `callback_handler.on_save` so that callbacks are not told of a save that did not happen."""
+        save_checkpoint = getattr(trainer, "_save_checkpoint", None)
+        handler = getattr(trainer, "callback_handler", None)
+        on_save = getattr(handler, "on_save", None)
+        if save_checkpoint is None or on_save is None:
+            log.warning("alertd: this Trainer has no _save_checkpoint: checkpoints are saved without a look at them")
+            return
+
+        def guarded_save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+            step = trainer.state.global_step
+            trial = kwargs["trial"] if "trial" in kwargs else args[1] if len(args) > 1 else None
+            path = _checkpoint_path(trainer, trial, step)
+            by = STOP if step == self._stop_step else SCHEDULE
+            if not self._weights_finite():
+                self._ledger.vetoed(step, path, by)
+                self._vetoed_save = True
+                return None
+            result = save_checkpoint(*args, **kwargs)
+            self._ledger.saved(step, path, by)
+            self._saved_path = path
+            return result
+
+        def on_save_unless_vetoed(args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if self._vetoed_save:
+                self._vetoed_save = False
+                control.should_save = False  # what CallbackHandler.on_save does, without the callbacks
+                return control
+            return on_save(args, state, control, **kwargs)
+
+        self._set(trainer, "_save_checkpoint", guarded_save_checkpoint)
+        self._set(handler, "on_save", on_save_unless_vetoed)
 
     def _set(self, obj: object, name: str, value: Callable[..., Any]) -> None:
         previous = vars(obj).get(name, _MISSING)
@@ -185,6 +273,13 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
     def _crashed(self, exception: str, step: int) -> None:
         self._unpatch()
         self.recorder.crash(exception, step)
+
+
+def _checkpoint_path(trainer: Any, trial: Any, step: int) -> str:
+    """The absolute path of the `checkpoint-<step>` folder the Trainer's `_save_checkpoint` writes."""
+    get_output_dir = getattr(trainer, "_get_output_dir", None)
+    run_dir = get_output_dir(trial=trial) if callable(get_output_dir) else trainer.args.output_dir
+    return os.path.abspath(os.path.join(run_dir or ".", f"checkpoint-{step}"))  # transformers' PREFIX_CHECKPOINT_DIR
 
 
 def _find_trainer(callback: object) -> Any:
