@@ -91,6 +91,12 @@ def _parser() -> argparse.ArgumentParser:
         help="also draw a run (its series, where each rule was pending and firing) to OUT: .html, .svg or .png",
     )
     dry.add_argument("--run", default=None, metavar="RUN", help="the run --plot draws (RUN or SOURCE:RUN)")
+    dry.add_argument(
+        "--x",
+        choices=("step", "time"),
+        default=None,
+        help="the x axis of --plot: the training step (default) or time; series without steps are drawn over time",
+    )
     return p
 
 
@@ -177,8 +183,8 @@ def _dry_run(ns: argparse.Namespace) -> int:
             plot_format(ns.plot)
         except PlotError as exc:
             raise CliError(str(exc)) from None
-    elif ns.run is not None:
-        raise CliError("--run chooses the run --plot draws: give --plot OUT too")
+    elif ns.run is not None or ns.x is not None:
+        raise CliError(f"{'--run' if ns.run is not None else '--x'} is for --plot: give --plot OUT too")
     bar = None if ns.quiet else Progress.for_terminal(sys.stderr)
     kept: list[Transition] = []
     with _showing(bar):
@@ -195,16 +201,18 @@ def _dry_run(ns: argparse.Namespace) -> int:
             bar.finish_phase()
     sys.stdout.flush()
     if ns.plot is not None:
-        _write_plot(ns.plot, ns.run, samples, kept)
+        _write_plot(ns.plot, ns.run, samples, kept, ns.x or "step")
     return 0
 
 
-def _write_plot(path: str, run: str | None, samples: list[Sample], transitions: list[Transition]) -> None:
+def _write_plot(
+    path: str, run: str | None, samples: list[Sample], transitions: list[Transition], x: str = "step"
+) -> None:
     from alertd.plot.output import PlotError, render
     from alertd.plot.png import PlotUnavailable
 
     try:
-        body, note = render(samples, transitions, path, run)
+        body, note = render(samples, transitions, path, run, x)
     except (PlotError, PlotUnavailable) as exc:
         raise CliError(str(exc)) from None
     try:

@@ -70,7 +70,8 @@ async def test_the_run_plot_draws_the_buffered_run_and_its_alert_span(tmp_path: 
         while not await firing():
             assert time.monotonic() < deadline, "the NaN alert never fired"
             await asyncio.sleep(0.1)
-        r = await client.get("/api/v1/runs/plot.svg", params={"source": "runs", "run": "r1"})
+        params = {"source": "runs", "run": "r1"}
+        r = await client.get("/api/v1/runs/plot.svg", params=params)
         assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg+xml")
         assert r.headers["content-security-policy"].startswith("default-src 'none'")
         root = ET.fromstring(r.text)
@@ -81,6 +82,15 @@ async def test_the_run_plot_draws_the_buffered_run_and_its_alert_span(tmp_path: 
         assert [(s.get("data-state"), s.get("data-step"), s.get("data-end")) for s in spans] == [("firing", "6", "")]
         nan = [g for g in panel.iter(f"{SVG}g") if g.get("class") == "nonfinite"]
         assert [(g.get("data-kind"), g.get("data-step")) for g in nan] == [("NaN", "6")]
+        assert panel.get("data-axis") == "step"  # the training step by default: a log read at once is no line
+        ticks = [t.text for t in panel.iter(f"{SVG}text") if (t.get("class") or "").startswith("tick")]
+        assert ticks[-1] == "step" and "0" in ticks and "5" in ticks
+        by_time = ET.fromstring((await client.get("/api/v1/runs/plot.svg", params={**params, "x": "time"})).text)
+        (panel,) = [g for g in by_time.iter(f"{SVG}g") if g.get("class") == "panel"]
+        assert panel.get("data-axis") == "time"
+        assert [t.text for t in panel.iter(f"{SVG}text") if t.get("class") == "tick axis"] == ["time"]
+        refused = await client.get("/api/v1/runs/plot.svg", params={**params, "x": "wall"})
+        assert refused.status_code == 422
         empty = await client.get("/api/v1/runs/plot.svg", params={"source": "x", "run": "<nope>"})
         assert empty.status_code == 200 and "no samples for this run" in empty.text and "<nope>" not in empty.text
 
@@ -108,9 +118,12 @@ async def test_the_dry_run_lists_what_it_may_read_and_draws_each_run(tmp_path: P
         body = {"rules": rules, "source": {"type": "tensorboard", "path": str(root / "tb" / "run1")}, "plot": True}
         out = (await client.post("/api/v1/dry-run", json=body)).json()
         assert [(t["state"], t["step"]) for t in out["transitions"]] == [("firing", 2), ("resolved", 3)]
+        # the logdir's own event files: the run is named by the directory, as the callbacks name it, not "."
+        assert {t["labels"]["run"] for t in out["transitions"]} == {"run1"}
         (plot,) = out["plots"]
-        assert (plot["source"], plot["run"]) == ("dry-run", ".")
+        assert (plot["source"], plot["run"]) == ("dry-run", "run1")
         svg = ET.fromstring(plot["svg"])
+        assert svg.findtext(f"{SVG}title") == "run1 (dry-run)"
         spans = [x for x in svg.iter(f"{SVG}rect") if (x.get("class") or "").startswith("span")]
         assert [(s.get("data-rule"), s.get("data-state"), s.get("data-step")) for s in spans] == [
             ("loss_not_finite", "firing", "2")
@@ -120,3 +133,20 @@ async def test_the_dry_run_lists_what_it_may_read_and_draws_each_run(tmp_path: P
     service = Service([str(env.rules)], state=env.state)
     async with serving(service) as client:
         assert (await client.get("/api/v1/dry-run/sources")).json() == {"roots": [], "sources": []}
+
+
+async def test_a_logdir_s_root_run_is_shown_by_the_directory_s_name(tmp_path: Path) -> None:
+    write_tb(tmp_path / "gpt-small", [1.0, 2.0, math.nan])  # event files right in the logdir: run "."
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        f"sources: [{{name: tb, type: tensorboard, logdir: '{tmp_path / 'gpt-small'}', interval: 0.1s}}]\n"
+    )
+    service = Service([str(rules)], state=tmp_path / "state")
+    async with serving(service) as client:
+        deadline = time.monotonic() + 20
+        while not (runs := (await client.get("/api/v1/runs")).json()):
+            assert time.monotonic() < deadline, "the run never showed"
+            await asyncio.sleep(0.1)
+        assert [(r["source"], r["run"], r["title"]) for r in runs] == [("tb", ".", "gpt-small")]
+        svg = ET.fromstring((await client.get("/api/v1/runs/plot.svg", params={"source": "tb", "run": "."})).text)
+        assert svg.findtext(f"{SVG}title") == "gpt-small (tb)"

@@ -87,3 +87,21 @@ def test_html_and_png_and_the_choice_of_run(tmp_path: Path) -> None:
     assert missing.returncode != 0 and "--run 'exp9': no such run in the data (runs: exp1, exp2)" in missing.stderr
     alone = alertd(*args, "--run", "exp1")
     assert alone.returncode != 0 and "give --plot OUT too" in alone.stderr
+
+
+def test_the_x_axis_is_the_step_by_default_and_time_on_request(tmp_path: Path) -> None:
+    runs = logdir(tmp_path)
+    args = ("dry-run", "--rules", str(tmp_path / "rules.yaml"), "--source", f"tensorboard:{runs}", "--run", "exp1")
+    for x, want in ((None, "step"), ("time", "time"), ("step", "step")):
+        out = tmp_path / f"{x}.svg"
+        done = alertd(*args, "--plot", str(out), *(("--x", x) if x else ()))
+        assert done.returncode == 0, done.stderr
+        root = ET.fromstring(out.read_text())
+        panels = [g for g in root.iter(f"{SVG}g") if g.get("class") == "panel"]
+        assert [g.get("data-axis") for g in panels] == [want, want]
+        captions = [t.text for g in panels for t in g.iter(f"{SVG}text") if t.get("class") == "tick axis"]
+        assert captions == [want, want]
+        ticks = [t.text or "" for t in panels[0].iter(f"{SVG}text") if t.get("class") == "tick"]
+        assert ("50" in ticks) if want == "step" else any(t.startswith("+") for t in ticks)
+    refused = alertd(*args[:-2], "--x", "time")
+    assert refused.returncode == 1 and "--x is for --plot" in refused.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -126,3 +127,25 @@ def test_html_page_png_and_the_choice_of_run() -> None:
         plot_format("out.pdf")
     body, note = render(samples, trs, "x.svg", "exp1")
     assert body.startswith(b"<svg") and note == ""
+
+
+def test_a_log_read_at_once_is_drawn_over_its_steps_and_an_ended_run_ends_at_its_last_sample() -> None:
+    at_once = [Sample(SeriesKey("loss", RUN), T0, i * 10, 3.0 - i / 10) for i in range(10)]  # one arrival time
+    ended = [Sample(SeriesKey("run.stalled", RUN), T0 + 600, 90, 1.0)]  # alertd's own note, 10 minutes on
+    gpu_key = SeriesKey("gpu.utilization", make_labels({"source": "gpu", "gpu": "0", "host": "h"}))
+    gpu = [Sample(gpu_key, T0, None, 90.0)]  # NVML has no steps
+    nan = tr("loss_not_finite", TransitionKind.FIRING, T0, "loss", 50)
+    fig = figure(at_once + ended + gpu, [nan], "tb", "exp1")
+    assert (fig.x, fig.first_step, fig.last_step, fig.start, fig.end) == ("step", 0, 90, T0, T0)
+    assert [(p.title, p.axis) for p in fig.panels] == [("loss", "step"), ("gpu.utilization", "time")]
+    root = ET.fromstring(figure_svg(fig))
+    loss = next(g for g in root.iter(f"{SVG}g") if g.get("data-metric") == "loss")
+    (path,) = [p for p in loss.iter(f"{SVG}path") if p.get("class") == "line"]
+    xs = [float(part.split()[0][1:]) for part in re.findall(r"[ML][0-9.]+ [0-9.]+", path.get("d") or "")]
+    assert len(set(xs)) == 10 and xs == sorted(xs)  # ten steps side by side, not one vertical line
+    (span,) = [r for r in loss.iter(f"{SVG}rect") if (r.get("class") or "").startswith("span")]
+    assert float(span.get("x") or 0) == pytest.approx(xs[5], abs=0.2)  # the alert at step 50, where step 50 is
+    by_time = figure(at_once + ended, [nan], "tb", "exp1", x="time")
+    assert [p.axis for p in by_time.panels] == ["time"] and by_time.end == T0  # not the derived sample's time
+    with pytest.raises(ValueError):
+        figure(at_once, [], "tb", "exp1", x="wall")

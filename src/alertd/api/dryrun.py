@@ -27,7 +27,7 @@ from alertd.dispatch.plan import PlanState, plan
 from alertd.dispatch.routes import Route
 from alertd.dryrun import replay, transition_json
 from alertd.errors import ConfigError, Problem, SourceError
-from alertd.model import Notification, Sample, Transition, format_time
+from alertd.model import Notification, Sample, SeriesKey, Transition, format_time, make_labels
 from alertd.notify.config import action_receivers
 from alertd.plot.build import figure, runs_in
 from alertd.plot.svg import figure_svg
@@ -110,7 +110,8 @@ class DryRunJob:
         extra = {"runs": "all"} if kind == "mlflow" else {}
         fields = {"type": kind, "name": "dry-run", location: path, **extra}
         cfg = TypeAdapter(SourceConfig).validate_python(fields)
-        return asyncio.run(_poll_once(cfg))
+        samples = asyncio.run(_poll_once(cfg))
+        return _named_root_run(samples, path) if kind == "tensorboard" else samples
 
     def _read_file(self, path: str) -> list[Sample]:
         out: list[Sample] = []
@@ -123,6 +124,21 @@ class DryRunJob:
         except ValueError as exc:
             raise DryRunError(400, [str(exc)]) from exc
         return out
+
+
+def _named_root_run(samples: list[Sample], logdir: str) -> list[Sample]:
+    """The samples with a TensorBoard logdir's root run (`.`: event files right in the logdir) named by the
+    logdir's directory name, as the training callbacks name a run: what the page shows is a name, never `.`."""
+    name = os.path.basename(os.path.normpath(logdir))
+    if not name or name == ".":
+        return samples
+    out = []
+    for s in samples:
+        if s.series.label("run") == ".":
+            labels = make_labels({**dict(s.series.labels), "run": name})
+            s = Sample(SeriesKey(s.series.metric, labels), s.time, s.step, s.value)
+        out.append(s)
+    return out
 
 
 async def _poll_once(cfg: SourceConfig) -> list[Sample]:

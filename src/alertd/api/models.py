@@ -198,6 +198,8 @@ class RunOut(BaseModel):
 
     source: str
     run: str
+    title: str
+    """How the pages show the run: its label, or for a TensorBoard logdir's root run (`.`) the logdir's name."""
     state: str
     reason: str | None
     exitCode: int | None

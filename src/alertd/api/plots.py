@@ -9,9 +9,10 @@ alerts themselves (pending from their start, firing from when they fired).
 from __future__ import annotations
 
 import asyncio
+import os
 from array import array
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
@@ -75,18 +76,34 @@ def with_active(log: Iterable[Transition], alerts: Sequence[Alert]) -> list[Tran
     return out
 
 
+def run_title(config: Any, source: str, run: str) -> str:
+    """How people are shown a run: its label, except a TensorBoard logdir's root run (`.`), shown by the
+    logdir's directory name, as the training callbacks name a run."""
+    if run != ".":
+        return run
+    cfg = next((s for s in config.sources if s.name == source), None)
+    logdir = getattr(cfg, "logdir", None) if cfg is not None and cfg.type == "tensorboard" else None
+    name = os.path.basename(os.path.normpath(os.path.abspath(logdir))) if logdir else ""
+    return name or run
+
+
 def plot_routes(api: APIRouter, service: Any) -> None:
     @api.get("/runs/plot.svg", response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}})
     async def run_plot(
         source: str = Query(..., max_length=1000, description="the run's `source` label"),
         run: str = Query(..., max_length=1000, description="the run's `run` label"),
+        x: Literal["step", "time"] = Query("step", description="the x axis: the training step, or time"),
     ) -> Response:
         """The run's key series (loss, grad norm, learning rate, throughput, what alerts were raised on,
         the host's GPU utilisation) as line charts, with the spans where alerts were pending and firing
-        and NaN/Inf samples marked: one SVG document."""
+        and NaN/Inf samples marked: one SVG document. `x=step` (the default) draws them over the training
+        step, `x=time` over time; series without steps (GPUs) are drawn over time either way."""
         engine = service.engine
         columns = run_columns(engine.buffer, source, run)
         alerts = engine.state.alerts(engine.ruleset.rules)
         transitions = with_active(getattr(service, "transition_log", ()), alerts)
-        svg = await asyncio.to_thread(lambda: figure_svg(figure(run_samples(columns), transitions, source, run)))
+        title = f"{run_title(service.config, source, run)} ({source})"
+        svg = await asyncio.to_thread(
+            lambda: figure_svg(figure(run_samples(columns), transitions, source, run, title=title, x=x))
+        )
         return Response(svg, media_type="image/svg+xml", headers=SVG_HEADERS)

@@ -32,7 +32,7 @@ from alertd.api import models as m
 from alertd.api.metrics import ServiceCollector, alert_counts, source_state
 from alertd.api.models import parse_instant, silence_from, silence_json, time_or_none
 from alertd.api.pages import pages_router
-from alertd.api.plots import plot_routes
+from alertd.api.plots import plot_routes, run_title
 from alertd.api.prom import alerts_data, rules_data
 from alertd.api.roots import roots_routes
 from alertd.api.server import AcceptErrors, Connections, connection_limit, protocol_factory
@@ -352,6 +352,7 @@ def _state_routes(api: APIRouter, service: Any) -> None:
                 {
                     "source": d["source"],
                     "run": d["run"],
+                    "title": run_title(service.config, d["source"], d["run"]),
                     "state": d["state"],
                     "reason": d["reason"],
                     "exitCode": d["exit_code"],

@@ -1,5 +1,10 @@
 """From samples and transitions to the picture of one run (`Figure`). Pure: no clock, no I/O.
 
+The x axis is the training step by default (a log read in one go has one arrival time for all its lines), or
+time on request; a panel whose series have no steps (the GPUs') is drawn over time either way. The time range
+is the run's own samples' (not the derived `run.*` series, which alertd writes when it notices an end), so an
+ended run's axis ends at its last sample.
+
 Panels, in this order: the run's training loss, evaluation loss, gradient norm, learning rate,
 throughput, then every other metric an alert was raised on, then the host's GPU utilisation over the
 run's time range (series without a `run` label: the `nvml` source's), up to `max_panels` (panels with
@@ -10,10 +15,12 @@ from FIRING to RESOLVED, open spans to the end of the data.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import math
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from alertd.dryrun import transition_json
 from alertd.model import Sample, SeriesKey, Transition, TransitionKind
@@ -29,6 +36,10 @@ KEY_METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("throughput", ("*tokens_per_s*", "*tokens_per_sec*", "*tok_per_sec*", "*samples_per_second*", "*throughput*")),
 )
 """Panel kinds and the metric names (globs) that fill them, as the default rules name them."""
+AXES = ("step", "time")
+"""The x axes a figure can be drawn over."""
+DERIVED = ("run.", "slurm.job.")
+"""Metric prefixes of the series alertd derives about a run's life: not the run's own data, so not its range."""
 HOST_METRICS = ("gpu.utilization",)
 """Host-wide series (no `run` label) drawn over the run's time range."""
 _KEY = [re.compile(fnmatch.translate(p)) for _, pats in KEY_METRICS for p in pats]
@@ -53,8 +64,11 @@ def figure(
     *,
     max_panels: int = 8,
     title: str = "",
+    x: str = "step",
 ) -> Figure:
-    """The picture of run `run` of source `source`."""
+    """The picture of run `run` of source `source`, over `x` (`step` or `time`)."""
+    if x not in AXES:
+        raise ValueError(f"x must be step or time, got {x!r}")
     mine: dict[SeriesKey, list[Point]] = {}
     host: dict[SeriesKey, list[Point]] = {}
     for s in samples:
@@ -64,8 +78,10 @@ def figure(
             mine.setdefault(key, []).append(Point(s.time, s.step, s.value))
         elif r is None and key.metric in HOST_METRICS:
             host.setdefault(key, []).append(Point(s.time, s.step, s.value))
-    times = [p.time for pts in mine.values() for p in (pts[0], pts[-1])] if mine else []
+    own = [pts for key, pts in mine.items() if not key.metric.startswith(DERIVED)] or list(mine.values())
+    times = [p.time for pts in own for p in pts]
     start, end = (min(times), max(times)) if times else (0.0, 0.0)
+    steps = sorted((p.time, p.step) for pts in own for p in pts if p.step is not None)
     trs = [t for t in transitions if _concerns(t, source, run)]
     alerted = {dict(t.labels).get("metric", "") for t in trs}
 
@@ -89,7 +105,7 @@ def figure(
     rest = [c for c in chosen if c[0] not in alerted]
     budget = max(0, max_panels - len(keep))
     picked = {id(c) for c in keep + rest[:budget]}
-    panels = tuple(_panel(*c, trs, end) for c in chosen if id(c) in picked)
+    panels = tuple(_panel(*c, trs, end, x, steps) for c in chosen if id(c) in picked)
     return Figure(
         title=title or f"{run} ({source})",
         run=run,
@@ -98,7 +114,19 @@ def figure(
         end=end,
         panels=panels,
         transitions=tuple(transition_json(t) for t in sorted(trs, key=lambda t: t.time)),
+        x=x,
+        first_step=min(s for _, s in steps) if steps else None,
+        last_step=max(s for _, s in steps) if steps else None,
     )
+
+
+def step_at(steps: Sequence[tuple[float, int]], t: float) -> int | None:
+    """The step of the newest sample at or before `t` (the first one's before it), from (time, step) pairs in
+    time order; None without any."""
+    if not steps:
+        return None
+    i = bisect.bisect_right(steps, (t, math.inf)) - 1
+    return steps[max(i, 0)][1]
 
 
 def _concerns(t: Transition, source: str, run: str) -> bool:
@@ -114,6 +142,8 @@ def _panel(
     points: dict[SeriesKey, list[Point]],
     transitions: list[Transition],
     end: float,
+    x: str = "time",
+    steps: Sequence[tuple[float, int]] = (),
 ) -> Panel:
     keys = list(keys)[:MAX_LINES]
     common = set.intersection(*(set(k.labels) for k in keys)) if keys else set()
@@ -125,7 +155,19 @@ def _panel(
     mine = [t for t in transitions if dict(t.labels).get("metric") == metric]
     if metric in HOST_METRICS:
         mine = [t for t in mine if dict(t.labels).get("gpu") in label_sets]
-    return Panel(metric, tuple(lines), tuple(spans(mine, end)))
+    stepped = any(line.points for line in lines) and all(p.step is not None for ln in lines for p in ln.points)
+    axis = "step" if x == "step" and stepped and steps else "time"
+    found = spans(mine, end)
+    if axis == "step":  # where a transition has no step (a time-based change), the run's step at that time
+        found = [
+            replace(
+                s,
+                step=s.step if s.step is not None else step_at(steps, s.start),
+                end_step=s.end_step if s.end_step is not None or s.end is None else step_at(steps, s.end),
+            )
+            for s in found
+        ]
+    return Panel(metric, tuple(lines), tuple(found), axis)
 
 
 def spans(transitions: Iterable[Transition], end: float) -> list[Span]:
@@ -133,15 +175,16 @@ def spans(transitions: Iterable[Transition], end: float) -> list[Span]:
     open_: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[str, Transition]] = {}
     out: list[Span] = []
 
-    def close(ident: tuple[str, tuple[tuple[str, str], ...]], at: float | None) -> None:
+    def close(ident: tuple[str, tuple[tuple[str, str], ...]], by: Transition | None) -> None:
         state, t = open_.pop(ident)
         summary = dict(t.annotations).get("summary", "")
-        out.append(Span(t.rule, state, t.time, at, t.step, t.severity, summary))
+        at, at_step = (by.time, by.step) if by is not None else (None, None)
+        out.append(Span(t.rule, state, t.time, at, t.step, t.severity, summary, at_step))
 
     for t in sorted(transitions, key=lambda t: t.time):
         ident = (t.rule, t.labels)
         if ident in open_:
-            close(ident, t.time)
+            close(ident, t)
         if t.state is TransitionKind.PENDING:
             open_[ident] = ("pending", t)
         elif t.state is TransitionKind.FIRING:

@@ -36,6 +36,8 @@ class Span:
     """The step of the sample that started it (None where unknown)."""
     severity: str = ""
     summary: str = ""
+    end_step: int | None = None
+    """The step of the transition that ended it (None while open, or where unknown)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +47,14 @@ class Panel:
     title: str
     lines: tuple[Line, ...]
     spans: tuple[Span, ...] = ()
+    axis: str = "time"
+    """What its x axis is: `step` (every point has one), or `time` (asked for, or series without steps: GPUs)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Figure:
-    """Every panel of one run, over one time range (`start`..`end`, epoch seconds)."""
+    """Every panel of one run, over one time range (`start`..`end`, epoch seconds: the run's own samples, so an
+    ended run's range ends at its last sample) or one step range (`first_step`..`last_step`)."""
 
     title: str
     run: str
@@ -59,3 +64,7 @@ class Figure:
     panels: tuple[Panel, ...]
     transitions: tuple[dict[str, object], ...] = field(default=())
     """The run's transitions as dry-run's JSON lines give them (time, state, rule, step, value, labels)."""
+    x: str = "time"
+    """The x axis asked for: `step` or `time` (a panel without steps is drawn over time either way)."""
+    first_step: int | None = None
+    last_step: int | None = None

@@ -58,12 +58,12 @@ def pick_run(
 
 
 def render(
-    samples: Sequence[Sample], transitions: Sequence[Transition], path: str, run: str | None
+    samples: Sequence[Sample], transitions: Sequence[Transition], path: str, run: str | None, x: str = "step"
 ) -> tuple[bytes, str]:
-    """The file's bytes and the note for stderr."""
+    """The file's bytes and the note for stderr; `x` is the axis, `step` or `time`."""
     fmt = plot_format(path)
     (source, name), note = pick_run(samples, transitions, run)
-    fig = figure(samples, transitions, source, name)
+    fig = figure(samples, transitions, source, name, x=x)
     if fmt == ".svg":
         return figure_svg(fig).encode(), note
     if fmt == ".png":

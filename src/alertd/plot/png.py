@@ -1,8 +1,8 @@
 """A `Figure` as a PNG, drawn with matplotlib (optional: `pip install 'alertd[plot]'`).
 
-The same picture as the SVG: one chart per panel over the shared time axis (seconds since the run's
-first sample), pending spans amber, firing spans red, NaN and +Inf marked at the top edge, -Inf at the
-bottom.
+The same picture as the SVG: one chart per panel over its axis (the training step, or seconds since the run's
+first sample for time and for series without steps), pending spans amber, firing spans red, NaN and +Inf marked
+at the top edge, -Inf at the bottom.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import math
 
-from alertd.plot.model import Figure
+from alertd.plot.model import Figure, Point
 from alertd.plot.svg import PALETTE
 
 
@@ -31,26 +31,28 @@ def figure_png(fig: Figure, *, dpi: int = 100) -> bytes:
     del plt
     n = max(1, len(fig.panels))
     canvas = MplFigure(figsize=(9.6, 0.5 + 1.9 * n), dpi=dpi)
-    axes = canvas.subplots(n, 1, sharex=True, squeeze=False)[:, 0]
+    same_axis = len({p.axis for p in fig.panels}) <= 1
+    axes = canvas.subplots(n, 1, sharex=same_axis, squeeze=False)[:, 0]
     canvas.suptitle(fig.title, x=0.07, ha="left", fontsize=11)
     t0 = fig.start
     for ax, panel in zip(axes, fig.panels, strict=False):
+        by_step = panel.axis == "step"
         ax.set_title(panel.title, loc="left", fontsize=9)
+
+        def at(p: Point, by_step: bool = by_step) -> float:
+            return float(p.step) if by_step and p.step is not None else p.time - t0
+
+        last = float(fig.last_step or 0) if by_step else fig.end - t0
         for s in panel.spans:
-            end = s.end if s.end is not None else fig.end
-            ax.axvspan(
-                s.start - t0,
-                max(end, s.start) - t0,
-                color="#dc2626" if s.state == "firing" else "#f59e0b",
-                alpha=0.2,
-                lw=0,
-            )
+            start = float(s.step) if by_step and s.step is not None else s.start - t0
+            end = last if s.end is None else (float(s.end_step) if by_step and s.end_step is not None else s.end - t0)
+            ax.axvspan(start, max(end, start), color="#dc2626" if s.state == "firing" else "#f59e0b", alpha=0.2, lw=0)
         for i, line in enumerate(panel.lines):
             color = PALETTE[i % len(PALETTE)]
-            xs = [p.time - t0 for p in line.points]
+            xs = [at(p) for p in line.points]
             ys = [p.value if math.isfinite(p.value) else math.nan for p in line.points]
             ax.plot(xs, ys, color=color, lw=1.2, label=line.label[:48])
-            bad = [(p.time - t0, p.value) for p in line.points if not math.isfinite(p.value)]
+            bad = [(at(p), p.value) for p in line.points if not math.isfinite(p.value)]
             for x, v in bad[:200]:
                 y, marker = (0.04, "v") if v == -math.inf else (0.96, "x" if math.isnan(v) else "^")
                 ax.plot([x], [y], marker=marker, color="#b91c1c", transform=ax.get_xaxis_transform(), ms=6)
@@ -58,7 +60,8 @@ def figure_png(fig: Figure, *, dpi: int = 100) -> bytes:
             ax.legend(loc="upper right", fontsize=7, frameon=False)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    axes[-1].set_xlabel("seconds since the run's first sample", fontsize=8)
+        if not same_axis or ax is axes[-1]:
+            ax.set_xlabel("step" if by_step else "seconds since the run's first sample", fontsize=8)
     canvas.tight_layout()
     buf = io.BytesIO()
     canvas.savefig(buf, format="png")

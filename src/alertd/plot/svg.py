@@ -1,5 +1,8 @@
 """A `Figure` as one SVG document: stacked line charts, alert spans shaded, NaN/Inf marked. Pure.
 
+Each panel's x axis is its `axis`: the training step (ticks at round steps, captioned `step`) or the time since
+the run's first sample (captioned `time`); its `<g class="panel">` says which in `data-axis`.
+
 Text and attributes are escaped; nothing from the data is ever markup. Lines are bounded: a series with
 more points than twice the plot's pixel width is drawn from each pixel column's first, lowest, highest
 and last finite values (the shape survives); a NaN or ±Inf breaks the line and gets a marker at the
@@ -57,6 +60,8 @@ def figure_svg(fig: Figure, *, width: int = WIDTH, panel_height: int = PANEL_HEI
     ]
     if fig.end > fig.start:
         span = f"{format_time(fig.start)} to {format_time(fig.end)} ({_duration(fig.end - fig.start)})"
+        if any(p.axis == "step" for p in fig.panels):
+            span = f"steps {fig.first_step} to {fig.last_step}, {span}"
         out.append(f'<text class="sub" x="{width - RIGHT}" y="20" text-anchor="end">{_t(span)}</text>')
     if not fig.panels:
         out.append(f'<text class="empty" x="{LEFT}" y="{HEADER + 30}">no samples for this run</text>')
@@ -69,20 +74,27 @@ def figure_svg(fig: Figure, *, width: int = WIDTH, panel_height: int = PANEL_HEI
 def _panel(fig: Figure, panel: Panel, top: int, width: int, height: int) -> str:
     x0, x1 = LEFT, width - RIGHT
     y0, y1 = top + TITLE_ROW, top + TITLE_ROW + height
-    t0 = fig.start
-    t1 = (
-        fig.end + (fig.end - fig.start) * 0.02 if fig.end > fig.start else fig.start + 1.0
-    )  # the last point off the frame
+    by_step = panel.axis == "step" and fig.first_step is not None and fig.last_step is not None
+    if by_step:
+        t0, last = float(fig.first_step or 0), float(fig.last_step or 0)
+    else:
+        t0, last = fig.start, fig.end
+    t1 = last + (last - t0) * 0.02 if last > t0 else t0 + 1.0  # the last point off the frame
     yr = finite_range(p.value for line in panel.lines for p in line.points)
     lo, hi = _padded(yr)
 
     def x(t: float) -> float:
         return x0 + (t - t0) / (t1 - t0) * (x1 - x0)
 
+    def at(p: Point) -> float:
+        """Where a point lies on this panel's axis."""
+        return float(p.step) if by_step and p.step is not None else p.time
+
     def y(v: float) -> float:
         return y1 - (v - lo) / (hi - lo) * (y1 - y0)
 
-    out = [f'<g class="panel" data-metric="{_a(panel.title)}">']
+    axis = "step" if by_step else "time"
+    out = [f'<g class="panel" data-metric="{_a(panel.title)}" data-axis="{axis}">']
     out.append(f'<text class="title" x="{x0}" y="{top + 15}">{_t(panel.title)}</text>')
     lx = x1
     for i, line in reversed(list(enumerate(panel.lines))):
@@ -100,27 +112,36 @@ def _panel(fig: Figure, panel: Panel, top: int, width: int, height: int) -> str:
             f'<line class="grid" x1="{x0}" x2="{x1}" y1="{yy:.1f}" y2="{yy:.1f}"/>'
             f'<text class="tick" x="{x0 - 6}" y="{yy + 4:.1f}" text-anchor="end">{_num(v)}</text>'
         )
-    for t in _time_ticks(t0, t1):
+    ticks = (
+        [(v, _num(v)) for v in _step_ticks(t0, t1)]
+        if by_step
+        else [(t, f"+{_duration(t - t0)}") for t in _time_ticks(t0, t1)]
+    )
+    for t, text in ticks:
         xx = x(t)
-        if xx > x1 - 24:  # its label would run past the frame
+        if xx > x1 - 48:  # its label would run into the axis' caption
             continue
         out.append(
             f'<line class="grid" x1="{xx:.1f}" x2="{xx:.1f}" y1="{y0}" y2="{y1}"/>'
-            f'<text class="tick" x="{xx:.1f}" y="{y1 + 15}" text-anchor="middle">+{_duration(t - t0)}</text>'
+            f'<text class="tick" x="{xx:.1f}" y="{y1 + 15}" text-anchor="middle">{_t(text)}</text>'
         )
+    out.append(f'<text class="tick axis" x="{x1}" y="{y1 + 15}" text-anchor="end">{axis}</text>')
     for s in panel.spans:
-        out.append(_span(s, x, t1, y0, height))
+        start = float(s.step) if by_step and s.step is not None else s.start
+        end = None if s.end is None else (float(s.end_step) if by_step and s.end_step is not None else s.end)
+        out.append(_span(s, x, start, end, t1, y0, height))
     for i, line in enumerate(panel.lines):
-        out.append(_line(line, PALETTE[i % len(PALETTE)], x, y, y0, y1, x1 - x0))
+        out.append(_line(line, PALETTE[i % len(PALETTE)], x, y, y0, y1, x1 - x0, at))
     if yr is None and not any(line.points for line in panel.lines):
         out.append(f'<text class="empty" x="{x0 + 8}" y="{y0 + 20}">no samples</text>')
     out.append("</g>")
     return "".join(out)
 
 
-def _span(s: Span, x: Scale, data_end: float, y0: int, height: int) -> str:
-    end = s.end if s.end is not None else data_end
-    a, b = x(s.start), x(max(end, s.start))
+def _span(s: Span, x: Scale, start: float, end: float | None, data_end: float, y0: int, height: int) -> str:
+    """The span's shaded band from `start` to `end` on the panel's axis (open: to the end of the data)."""
+    end = end if end is not None else data_end
+    a, b = x(start), x(max(end, start))
     w = max(b - a, 2.0)
     step = "" if s.step is None else str(s.step)
     until = "the end of the data" if s.end is None else format_time(s.end)
@@ -135,7 +156,9 @@ def _span(s: Span, x: Scale, data_end: float, y0: int, height: int) -> str:
     )
 
 
-def _line(line: Line, color: str, x: Scale, y: Scale, top: int, bottom: int, pixels: float) -> str:
+def _line(
+    line: Line, color: str, x: Scale, y: Scale, top: int, bottom: int, pixels: float, at: Callable[[Point], float]
+) -> str:
     pts = _thin(line.points, max(64, int(pixels * 2)))
     parts: list[str] = []
     pen_down = False
@@ -143,7 +166,7 @@ def _line(line: Line, color: str, x: Scale, y: Scale, top: int, bottom: int, pix
     hidden = 0
     for p in pts:
         if math.isfinite(p.value):
-            parts.append(f"{'L' if pen_down else 'M'}{x(p.time):.1f} {y(p.value):.1f}")
+            parts.append(f"{'L' if pen_down else 'M'}{x(at(p)):.1f} {y(p.value):.1f}")
             pen_down = True
             continue
         pen_down = False
@@ -153,7 +176,7 @@ def _line(line: Line, color: str, x: Scale, y: Scale, top: int, bottom: int, pix
         if len(markers) >= MAX_MARKERS:
             hidden += 1
             continue
-        markers.append(_marker(p, x(p.time), top, bottom))
+        markers.append(_marker(p, x(at(p)), top, bottom))
     d = " ".join(parts)
     out = [
         f'<path class="line" stroke="{color}" d="{d}" data-label="{_a(line.label)}" data-points="{len(line.points)}"/>'
@@ -164,7 +187,7 @@ def _line(line: Line, color: str, x: Scale, y: Scale, top: int, bottom: int, pix
             out.append(f'<circle class="dot" cx="{xx}" cy="{yy}" r="2.5" fill="{color}"/>')
     out += markers
     if hidden:
-        out.append(f'<text class="tick" x="{x(line.points[-1].time):.1f}" y="{top + 24}">+{hidden} more</text>')
+        out.append(f'<text class="tick" x="{x(at(line.points[-1])):.1f}" y="{top + 24}">+{hidden} more</text>')
     return "".join(out)
 
 
@@ -234,6 +257,11 @@ def _nice_ticks(lo: float, hi: float, count: int = 4) -> list[float]:
         ticks.append(round(v, 12))
         v += step
     return ticks
+
+
+def _step_ticks(s0: float, s1: float, count: int = 8) -> list[float]:
+    """Round steps (1, 2, 2.5, 5 x 10^n, whole numbers) inside the range."""
+    return [v for v in _nice_ticks(s0, s1, count) if v == int(v) and s0 <= v]
 
 
 def _time_ticks(t0: float, t1: float, count: int = 8) -> list[float]:

@@ -81,9 +81,16 @@
     return v === null || v === undefined ? "" : String(v);
   }
 
-  function runLink(source, run) {
+  function runLink(source, run, title) {
     const q = new URLSearchParams({ source: source || "", run: run || "" });
-    return h("a", { href: "run?" + q.toString() }, run);
+    return h("a", { href: "run?" + q.toString() }, title || run);
+  }
+
+  // how a run is shown: its label, or the name /runs gives it (a TensorBoard logdir's root run "." by the logdir's name)
+  function runTitles(runs) {
+    const out = new Map();
+    for (const r of runs) out.set(r.source + "\u0000" + r.run, r.title || r.run);
+    return (source, run) => out.get((source || "") + "\u0000" + run) || run;
   }
 
   function table(headers, rows, empty) {
@@ -109,7 +116,7 @@
 
   // -- overview -------------------------------------------------------------------------------------
 
-  function alertRows(alerts, withRun) {
+  function alertRows(alerts, withRun, titleOf) {
     return alerts.map((a) =>
       h(
         "tr",
@@ -117,7 +124,9 @@
         h("td", { class: "sev-" + a.severity }, a.severity),
         h("td", { class: "state-" + a.state }, a.state + (a.silenced ? " (silenced)" : "")),
         h("td", {}, a.rule),
-        withRun ? h("td", {}, a.labels.run ? runLink(a.labels.source, a.labels.run) : a.labels.host || "") : null,
+        withRun
+          ? h("td", {}, a.labels.run ? runLink(a.labels.source, a.labels.run, titleOf && titleOf(a.labels.source, a.labels.run)) : a.labels.host || "")
+          : null,
         h("td", { title: a.activeAt || "" }, ago(a.activeAt)),
         h("td", {}, value(a.value)),
         h("td", {}, a.step === null ? "" : a.step),
@@ -143,7 +152,7 @@
         "section",
         { id: "alerts", "aria-labelledby": "alerts-h" },
         h("h2", { id: "alerts-h" }, `Alerts (${alerts.filter((a) => a.state === "firing").length} firing, ${alerts.filter((a) => a.state === "pending").length} pending)`),
-        table(["severity", "state", "rule", "run", "since", "value", "step", "summary", ""], alertRows(alerts, true), "No alert is pending or firing.")
+        table(["severity", "state", "rule", "run", "since", "value", "step", "summary", ""], alertRows(alerts, true, runTitles(runs)), "No alert is pending or firing.")
       ),
       h(
         "section",
@@ -155,7 +164,7 @@
             h(
               "tr",
               { "data-run": r.run, "data-source": r.source },
-              h("td", {}, runLink(r.source, r.run)),
+              h("td", {}, runLink(r.source, r.run, r.title)),
               h("td", {}, r.source),
               h("td", { class: "state-" + r.state }, r.state + (r.reason ? " (" + r.reason + (r.exitCode !== null && r.exitCode !== undefined ? ", exit " + r.exitCode : "") + ")" : "")),
               h("td", {}, r.lastStep === null ? "" : r.lastStep),
@@ -196,7 +205,8 @@
     const q = new URLSearchParams(location.search);
     const source = q.get("source") || "";
     const run = q.get("run") || "";
-    const plotQ = new URLSearchParams({ source, run }).toString();
+    const x = q.get("x") === "time" ? "time" : "step";
+    const plotQ = new URLSearchParams({ source, run, x }).toString();
     const [runs, alerts, plot] = await Promise.all([
       json("runs"),
       json("alerts?format=alertd"),
@@ -204,9 +214,14 @@
     ]);
     const info = runs.find((r) => r.run === run && r.source === source);
     const mine = alerts.filter((a) => a.labels.run === run && (a.labels.source || "") === source);
-    document.title = `alertd: ${run}`;
+    const title = info ? info.title || run : run;
+    document.title = `alertd: ${title}`;
+    const axisLink = (to, text) =>
+      to === x
+        ? h("strong", { id: "x-" + to }, text)
+        : h("a", { id: "x-" + to, href: "run?" + new URLSearchParams({ source, run, x: to }).toString() }, text);
     $("#content").replaceChildren(
-      h("h1", {}, `Run ${run}`, h("span", { class: "note" }, ` (source ${source})`)),
+      h("h1", {}, `Run ${title}`, h("span", { class: "note" }, ` (source ${source})`)),
       h(
         "section",
         { id: "run-state" },
@@ -220,6 +235,7 @@
             )
           : h("p", { class: "empty" }, "alertd does not know this run (yet).")
       ),
+      h("p", { class: "note", id: "x-axis" }, "x axis: ", axisLink("step", "step"), " | ", axisLink("time", "time")),
       h("section", { id: "chart", class: "figure", "aria-label": "charts" }, svgNode(plot)),
       h(
         "section",
