@@ -41,8 +41,9 @@ def children(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Chi
 
 
 def nan_loss(child: Child, phase: str) -> bool:
-    """The phase's samples file has a NaN train/loss."""
-    return any(math.isnan(v) for v in series(child.samples(phase), "train/loss").values())
+    """The phase's samples file has two NaN train/loss: the stop asked now comes after the first NaN step, even
+    if it lands between the second's train/loss and its poll for a stop request."""
+    return sum(math.isnan(v) for v in series(child.samples(phase), "train/loss").values()) >= 2
 
 
 def ended(child: Child, phase: str) -> bool:
@@ -54,10 +55,10 @@ def ended(child: Child, phase: str) -> bool:
 def hf(children: dict[str, Child]) -> Child:
     """The HF script: savestep stopped by SIGINT, between by the stop file, each once its loss is NaN."""
     child = children["hf"]
-    child.wait_until("a NaN loss in phase savestep", lambda: nan_loss(child, "savestep"))
+    child.wait_until("NaN losses in phase savestep", lambda: nan_loss(child, "savestep"))
     child.interrupt()
     child.wait_until("the end of phase savestep", lambda: ended(child, "savestep"))
-    child.wait_until("a NaN loss in phase between", lambda: nan_loss(child, "between"))
+    child.wait_until("NaN losses in phase between", lambda: nan_loss(child, "between"))
     write_stop_file(child.outdir / "between" / "ALERTD_STOP", "loss_not_finite", "train/loss is NaN")
     assert child.wait_exit() == 0, child.log[-3000:]
     assert "stopped cleanly" in child.log
@@ -68,7 +69,7 @@ def hf(children: dict[str, Child]) -> Child:
 def lightning(children: dict[str, Child]) -> Child:
     """The Lightning script, stopped by SIGINT once its loss is NaN."""
     child = children["lightning"]
-    child.wait_until("a NaN loss in phase guard", lambda: nan_loss(child, "guard"))
+    child.wait_until("NaN losses in phase guard", lambda: nan_loss(child, "guard"))
     child.interrupt()
     assert child.wait_exit() == 0, child.log[-3000:]
     assert "stopped cleanly" in child.log
@@ -138,7 +139,7 @@ def test_hf_nan_weights_are_never_saved_and_the_last_good_checkpoint_stays(hf: C
 
     stopped = stop_sample(hf, phase)
     n = stopped["step"]
-    assert HF_NAN_AT[phase] < n < 200, n
+    assert HF_NAN_AT[phase] < n < 1000, n  # stopped long before its 2,000 steps
     reason = {"savestep": {"reason": "SIGINT"}, "between": {"reason": "stop_file", "rule": "loss_not_finite"}}[phase]
     assert markers(hf.samples(phase))[1:] == [
         ("run.stopped", 1.0, {**reason, "checkpoint": str(good_dir), "saved": "false"}),
@@ -195,7 +196,7 @@ def test_lightning_nan_weights_are_never_saved_and_the_last_good_checkpoint_stay
 
     stopped = stop_sample(lightning, "guard")
     n = stopped["step"]
-    assert LIGHTNING_NAN_AT + 1 < n < 200, n
+    assert LIGHTNING_NAN_AT + 1 < n < 1000, n  # (the HF run is driven first: this one may go on a while)
     assert markers(lightning.samples("guard"))[1:] == [
         ("run.stopped", 1.0, {"reason": "SIGINT", "checkpoint": str(ckpts / "last.ckpt"), "saved": "false"}),
         ("run.crashed", 0.0, {}),
