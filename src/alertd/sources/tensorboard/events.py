@@ -1,4 +1,4 @@
-"""Decoding TensorBoard `Event` records into scalar samples, and parsing event file names.
+"""Decoding TensorBoard `Event` records into scalar samples (event file names: `alertd.eventnames`).
 
 Scalars come in three shapes (see shared/reference/tensorboard-format.md, section 2):
 `Summary.Value.simple_value`; a rank-0 tensor with `float_val` / `double_val` / `half_val` (or
@@ -23,7 +23,6 @@ those rows are decoded column by column; any other row goes through the per-payl
 from __future__ import annotations
 
 import math
-import re
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,6 +32,9 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 
 from alertd._np import np
+from alertd.eventnames import EventFileName as EventFileName  # re-exported: names are parsed there
+from alertd.eventnames import is_event_file as is_event_file
+from alertd.eventnames import parse_file_name as parse_file_name
 from alertd.model import Sample, SeriesKey
 
 _FROM_STRING = event_pb2.Event.FromString
@@ -61,48 +63,6 @@ _BULK_MIN = 16
 _BULK_TRIES = 4
 """Payloads of a run decoded one by one, at most, before one shows the layout the rest is read by."""
 _BULK_CODES = {"f": "<f4", "d": "<f8"}
-
-_NAME = re.compile(r"tfevents\.(?P<time>\d+)(?:\.(?P<rest>.+))?$")
-_HOST_PID = re.compile(r"^(?P<host>.+)\.(?P<pid>\d+)\.(?P<uid>\d+)(?P<suffix>\.?[^.\d][^.]*)?$")
-
-
-def is_event_file(name: str) -> bool:
-    """TensorBoard's rule: the base name contains `tfevents` (profiler placeholders excluded)."""
-    return "tfevents" in name and not name.endswith(".profile-empty")
-
-
-@dataclass(frozen=True, slots=True)
-class EventFileName:
-    """What an event file's name tells: creation second, writer host and pid (None where absent)."""
-
-    time: int | None
-    host: str | None
-    pid: str | None
-
-    @property
-    def sort_key(self) -> int:
-        """The creation second, for ordering the files of one run (unknown sorts first)."""
-        return self.time if self.time is not None else -1
-
-
-def parse_file_name(name: str) -> EventFileName:
-    """Parse `events.out.tfevents.<secs>.<host>[.<pid>.<n>][suffix]` (torch, TF2, tensorboardX, TF1).
-
-    Host names may hold dots, so pid and counter are taken from the right: the last two all-digit
-    fields before an optional suffix (`.v2`, or a torch `filename_suffix`). Without them (tensorboardX,
-    TF1) the rest of the name is the host.
-    """
-    m = _NAME.search(name)
-    if m is None:
-        return EventFileName(None, None, None)
-    secs = int(m["time"])
-    rest = m["rest"]
-    if not rest:
-        return EventFileName(secs, None, None)
-    hp = _HOST_PID.match(rest)
-    if hp is None:
-        return EventFileName(secs, rest, None)
-    return EventFileName(secs, hp["host"], hp["pid"])
 
 
 class RunTags:
