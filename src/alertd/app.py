@@ -426,7 +426,8 @@ class Service:
         if isinstance(cfg, KillConfig):
             if self.exec_mode and "target" not in cfg.model_fields_set:
                 cfg = cfg.model_copy(update={"target": "child"})  # under exec, the trainer is the child
-            kwargs |= {"writers": self.writer_registry.writer, "child": self._child_identity}
+            kwargs |= {"writers": self.writer_registry.writer, "claims": self.writer_registry.claims}
+            kwargs["child"] = self._child_identity
         elif cfg.type == "slurm":
             kwargs["writers"] = self.writer_registry.writer  # the job id from the verified writer's environment
         elif cfg.type == "log" and self.console is not None:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "service"))  # service_helpers: alertd as a subprocess
+
 from kill_helpers import Spawner
 
 

@@ -119,8 +119,11 @@ def notification(*alerts: Transition) -> Notification:
     )
 
 
-def spawn_with_pid(spawner: Spawner, pid: int, argv: list[str], tries: int = 30) -> subprocess.Popen[bytes] | None:
-    """Start `argv` with exactly `pid` through /proc/sys/kernel/ns_last_pid (needs privilege).
+def spawn_with_pid(
+    spawner: Spawner, pid: int, argv: list[str], tries: int = 30, **kw: Any
+) -> subprocess.Popen[bytes] | None:
+    """Start `argv` (Popen keywords `kw`) with exactly `pid` through /proc/sys/kernel/ns_last_pid (needs
+    privilege).
 
     Returns None where the kernel won't let us choose the next pid (not root, no CAP_CHECKPOINT_RESTORE),
     or when another process keeps taking it.
@@ -131,7 +134,7 @@ def spawn_with_pid(spawner: Spawner, pid: int, argv: list[str], tries: int = 30)
                 f.write(str(pid - 1))
         except OSError:
             return None
-        p = spawner.popen(argv)
+        p = spawner.popen(argv, **kw)
         if p.pid == pid:
             return p
         p.kill()

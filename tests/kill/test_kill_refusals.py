@@ -131,8 +131,8 @@ async def test_missing_labels_and_no_registry() -> None:
         )
     report = await refused(kill_cfg(), {"source": "tb", "run": "other", "pid": "1234"}, writers=lookup)
     assert report.refused == (
-        "no process has been seen holding an event file of run 'other' (source 'tb') open: "
-        "a pid in a file name is not trusted"
+        "no writer of run 'other' (source 'tb') has been verified (holding one of its event files open, or "
+        "owning one it started before): a pid in a file name is not trusted"
     )
 
 

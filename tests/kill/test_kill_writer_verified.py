@@ -30,12 +30,22 @@ from alertd.notify.config import KillConfig
 from alertd.notify.kill import KillNotifier
 from alertd.procfs import Procfs
 from alertd.testing.tbwriter import ScalarWriter
-from alertd.writers import VerifiedWriter, WriterClaim, WriterRegistry
+from alertd.writers import (
+    BIRTH_TIME,
+    HOLDS,
+    NAME_TIME,
+    OWNER,
+    VerifiedWriter,
+    WriterClaim,
+    WriterRegistry,
+    birth_time,
+)
 
 pytestmark = pytest.mark.anyio
 HOST = socket.gethostname()
 NOT_SEEN = (
-    "no process has been seen holding an event file of run '.' (source 'tb') open: a pid in a file name is not trusted"
+    "no writer of run '.' (source 'tb') has been verified (holding one of its event files open, or owning one it "
+    "started before): a pid in a file name is not trusted"
 )
 
 
@@ -60,11 +70,15 @@ def innocent(spawner: Spawner, marker: str, *extra: str) -> int:
 
 
 def spoof(logdir: Path, host: str, pid: int) -> Path:
-    """A real event file (a NaN in it, written by tensorboard's writer) renamed to claim `host` and `pid`."""
+    """A real event file (a NaN in it, written by tensorboard's writer) renamed to claim `host` and `pid`.
+
+    The rename comes a little after the last write, as a spoofer's does: the file's inode changed after its
+    data (ctime > mtime), so its new name is not taken by ownership."""
     w = ScalarWriter(logdir)
     w.add_scalar("loss", 1.0, 1)
     w.add_scalar("loss", math.nan, 2)
     w.close()
+    time.sleep(0.05)  # more than a timestamp tick
     path = logdir / f"events.out.tfevents.{int(time.time())}.{host}.{pid}.0"
     os.rename(w.path, path)
     return path
@@ -73,10 +87,13 @@ def spoof(logdir: Path, host: str, pid: int) -> Path:
 async def test_spoofed_event_file_naming_an_innocent_process_is_refused(
     spawner: Spawner, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A file whose name carries the pid of an innocent process of the same user, plus one NaN: refused.
+    """A file renamed to carry the pid of an innocent process of the same user, plus one NaN: refused.
 
     The spoofer even keeps the file open for writing itself: only the pid the name claims is checked, and
-    that process does not hold it. The innocent process lives on and its command line is named nowhere.
+    that process does not hold it; nor is it taken by ownership, as the file was renamed after its last
+    write. The innocent process lives on and its command line is named nowhere. (A file *written* under
+    that name by the innocent's own uid would name it by ownership: whoever writes as that uid may signal
+    its processes anyway.)
     """
     marker = f"innocent-bystander-{os.getpid()}"
     pid = innocent(spawner, marker)
@@ -87,8 +104,10 @@ async def test_spoofed_event_file_naming_an_innocent_process_is_refused(
         labels = nan_labels(source)
         assert labels == {"source": "tb", "run": ".", "host": HOST, "pid": str(pid)}
         registry = WriterRegistry()
-        registry.check(source.writer_claims(), time.time())
+        (change,) = registry.check(source.writer_claims(), time.time())
         assert registry.writer("tb", ".") is None and registry.writers() == []
+        assert change.startswith(f"event file {path} changed after its last write (its inode at ")
+        assert change.endswith("renamed?): the pid in its name is not taken by ownership")
         with caplog.at_level(logging.DEBUG):
             notifier = await kill_once(kill_cfg(), labels, registry)
     (report,) = notifier.history
@@ -168,6 +187,7 @@ async def test_a_verified_writer_is_stopped(spawner: Spawner, tmp_path: Path, mo
     assert report.refused is None and [s.name for s in report.signals] == ["SIGINT"]
     assert report.pid == proc.pid and report.exited and report.exit_status == 0
     assert "tb_writer_child.py" in report.cmdline
+    assert report.verified == f"by holds: it held {w.path} open for writing"
     assert proc.wait(timeout=5) == 0 and Path(f"{ready}.ckpt").exists()
     changes = registry.check(source.writer_claims(), time.time())
     assert changes == [f"run '.' (source 'tb'): writer pid {proc.pid} of {w.path} has exited"]
@@ -175,26 +195,45 @@ async def test_a_verified_writer_is_stopped(spawner: Spawner, tmp_path: Path, mo
     assert gone is not None and not gone.alive and gone.gone_at is not None and gone.holding
 
 
-async def test_a_writer_that_never_holds_its_file_is_not_verified(spawner: Spawner, tmp_path: Path) -> None:
+@pytest.mark.parametrize("birth", [True, False])
+async def test_a_writer_that_never_holds_its_file_is_verified_by_ownership(
+    spawner: Spawner, tmp_path: Path, birth: bool
+) -> None:
     """tensorboard's EventFileWriter alone (no TensorFlow: what torch uses) opens the file only to write.
 
-    Between flushes no process holds the file, so its writer can't be verified and `target: writer`
-    refuses; the process runs on. (Such a training process makes itself verifiable with `hold()`.)
+    No process holds the file between flushes; its writer is verified by ownership instead: the file is its
+    uid's, and it started before the file was created (the birth time; or, as on a file system without
+    one, the second in the name capped by the mtime). It gets SIGINT, and the report says how it was
+    verified.
     """
     logdir = tmp_path / "logs"
-    proc, _ = tb_child(spawner, logdir, "stub")
+    proc, ready = tb_child(spawner, logdir, "stub")
     source = tb_source(logdir)
     labels = nan_labels(source)
     assert labels["pid"] == str(proc.pid)
-    registry = WriterRegistry()
-    for _ in range(3):
-        registry.check(source.writer_claims(), time.time() + 3600)  # past the recheck delay each time
-        time.sleep(0.02)
-    assert registry.writer("tb", ".") is None
-    (report,) = (await kill_once(kill_cfg(), labels, registry)).history
-    assert report.refused == NOT_SEEN
-    time.sleep(0.1)
-    assert proc.poll() is None
+    registry = WriterRegistry(birth_time=birth)
+    changes = registry.check(source.writer_claims(), time.time())
+    w = registry.writer("tb", ".")
+    assert w is not None and (w.pid, w.how, w.holding, w.alive) == (proc.pid, OWNER, False, True)
+    recorded = birth_time(w.path, os.lstat(w.path)) is not None  # this file system keeps birth times
+    how = BIRTH_TIME if birth and recorded else NAME_TIME
+    assert w.created_from == how and w.created is not None
+    if how == BIRTH_TIME:
+        assert abs(w.created - os.stat(w.path).st_mtime) < 30
+    else:
+        name_secs = int(Path(w.path).name.split(".")[3])
+        assert w.created == min(name_secs + 1.0, os.stat(w.path).st_mtime)
+    assert changes == [
+        f"run '.' (source 'tb'): pid {proc.pid} verified as the writer of {w.path} (owns it and started before "
+        f"it was created, by its {how}; not seen holding it)"
+    ]
+    notifier = await kill_once(kill_cfg(grace=5), labels, registry)
+    (report,) = notifier.history
+    assert report.refused is None and [s.name for s in report.signals] == ["SIGINT"] and report.exit_status == 0
+    assert report.verified.startswith(f"by owner: uid {os.getuid()} owns {w.path}, created at ")
+    assert report.verified.endswith(f"({how}) after the process started")
+    assert f"; writer verified {report.verified}" in report.summary()
+    assert proc.wait(timeout=5) == 0 and Path(f"{ready}.ckpt").exists()
 
 
 async def test_a_writer_that_closed_its_file_is_still_the_writer_while_it_lives(
@@ -355,14 +394,14 @@ def test_bounded_descriptor_search_and_no_proc(spawner: Spawner, tmp_path: Path)
     source = tb_source(logdir)
     source.read_new()
     claims = source.writer_claims()
-    few = WriterRegistry(max_fds=1)
+    few = WriterRegistry(max_fds=1)  # it is not seen holding the file: verified by ownership only
     few.check(claims, time.time())
-    assert few.writers() == []
+    assert [(w.pid, w.how) for w in few.writers()] == [(proc.pid, OWNER)]
     nowhere = WriterRegistry(procfs=Procfs(tmp_path / "no-proc"))
     assert not nowhere.enabled and nowhere.check(claims, time.time()) == [] and nowhere.writers() == []
     ok = WriterRegistry()
     ok.check(claims, time.time())
-    assert [w.pid for w in ok.writers()] == [proc.pid]
+    assert [(w.pid, w.how) for w in ok.writers()] == [(proc.pid, HOLDS)]
 
 
 def test_exited_writers_are_forgotten_and_the_count_is_capped(spawner: Spawner, tmp_path: Path) -> None:

@@ -9,11 +9,17 @@ identity is checked again before every signal: a pid that now names another proc
 
 How each target is found, and what is trusted:
 - `writer`: ONLY the verified writer of the alert's (`source`, `run`) labels, from the `writers` lookup
-  (`alertd.writers.WriterRegistry.writer`): a process alertd saw holding an event file of that run open
-  for writing, whose uid owns the file, on this host. It is pinned by the verified pid AND start time;
-  the alert's `pid` label never names the target (where present, it must agree with the verified
-  writer, or the alert is refused: the data came from another process's file). A `host` label must equal
-  this host's name exactly. Without a lookup (`writers=None`) every writer target is refused.
+  (`alertd.writers.WriterRegistry.writer`): a process of this host whose uid owns an event file of that
+  run and that alertd saw holding it open for writing ("holds"), or that started before the file was
+  created ("owner", for torch's writer, which holds nothing between flushes; the report says which). It
+  is pinned by the verified pid AND start time; the alert's `pid` label never names the target (where
+  present, it must agree with the verified writer, or the alert is refused: the data came from another
+  process's file). A `host` label must equal this host's name exactly. Then the data must be the
+  writer's own: every event file of the run that could have produced the alert's series (named for its
+  host and pid; all of them for an alert without a pid label), the `claims` lookup's and the run
+  directory's, must be owned by the writer's uid at that moment (`alertd.writers.foreign_data`), or the
+  alert is refused naming the file and its uid: another user's NaN file in a shared run directory
+  never stops your trainer. Without a lookup (`writers=None`) every writer target is refused.
 - `pid`: the configured pid.
 - `pidfile`: a regular file (not a link, FIFO or device) of at most `PIDFILE_MAX` bytes, read in a worker
   thread; owned by root, by alertd's uid or by the uid of the process it names; a process that started
@@ -42,8 +48,10 @@ Policy choices:
 
 Remaining windows, honestly: the writer is verified at the registry's last check, not at the instant of
 the signal; between that check and the signal only its identity (pid + start time, then a pidfd) is
-checked again, not that it still holds the file. A pid reused within one clock tick (10 ms) of the
-original process's start passes the start-time check alone; the pidfd catches that where pidfds exist.
+checked again, not that it still holds the file. The run's files are looked at (`foreign_data`) when
+the target is resolved, just before the first signal (with `ask_first`, before the wait). A pid reused
+within one clock tick (10 ms) of the original process's start passes the start-time check alone; the
+pidfd catches that where pidfds exist.
 For `pidfile`, a reused pid whose process started within `START_SLACK_TICKS` after the file's mtime passes.
 """
 
@@ -71,12 +79,15 @@ from alertd.notify.config import KillConfig
 from alertd.notify.procs import Delivery, ExitSeen, ProcessHandle, Procfs, ProcInfo, refusal
 from alertd.notify.stop_file import StopFileNotifier
 from alertd.userregex import compile_user_regex
-from alertd.writers import VerifiedWriter
+from alertd.writers import VerifiedWriter, WriterClaim, foreign_data
 
 log = logging.getLogger(__name__)
 
 WriterLookup = Callable[[str, str], VerifiedWriter | None]
 """(source, run) -> the run's verified writer, or None: `WriterRegistry.writer`."""
+ClaimsLookup = Callable[[str, str, int | None], list[WriterClaim]]
+"""(source, run, pid) -> the run's event files naming `pid` (None: all) that the last check saw:
+`WriterRegistry.claims`."""
 
 POLL = 0.05
 """Seconds between two looks at /proc while waiting for the target to exit."""
@@ -124,6 +135,8 @@ class KillReport:
     refused: str | None = None
     dry_run: bool = False
     note: str = ""
+    verified: str = ""
+    """For target writer: how the writer was verified (`by holds: ...`, `by owner: ...`)."""
 
     @property
     def action(self) -> str:
@@ -137,6 +150,8 @@ class KillReport:
             who += f" ({self.cmdline[:80]})"
         head = f"kill {self.notifier} for {self.rule}: "
         note = f"; {self.note}" if self.note else ""
+        if self.verified:
+            note += f"; writer verified {self.verified}"
         if self.refused is not None:
             return f"{head}REFUSED {who} on {self.host}: {self.refused}{note}"
         if self.dry_run:
@@ -168,6 +183,10 @@ class _Candidate:
     owner_uid: int | None = None
     """The uid owning the pidfile: it may name only its own processes (root's and alertd's: any)."""
     what: str = ""
+    verified: str = ""
+    """The writer target: how it was verified (the report says it)."""
+    own_data: Callable[[], str | None] | None = None
+    """Checked last, once the process passed: why the alert's data may not be the target's own, or None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +217,8 @@ class KillNotifier:
     """Stops the process behind a firing alert (see the module docstring for what is trusted).
 
     `report` receives every `KillReport` (the app turns it into a notification); `writers` looks up the
-    verified writer of a run (None: `target: writer` always refuses); `hostname` overrides
+    verified writer of a run (None: `target: writer` always refuses), `claims` the run's event files the
+    writer registry saw (None: only those in the run's directory now are checked); `hostname` overrides
     `socket.gethostname()` and `proc_root` the /proc tree (tests only: a fake tree is never signalled).
     """
 
@@ -209,6 +229,7 @@ class KillNotifier:
         *,
         report: Callable[[KillReport], Awaitable[None]] | None = None,
         writers: WriterLookup | None = None,
+        claims: ClaimsLookup | None = None,
         child: Callable[[], tuple[int, int] | None] | None = None,
         hostname: str | None = None,
         proc_root: str | os.PathLike[str] = "/proc",
@@ -221,6 +242,7 @@ class KillNotifier:
         self._reports: Reports[KillReport] = Reports(f"kill {name}", log, report)
         self.history = self._reports.history
         self._writers = writers
+        self._claims = claims
         self._child = child
         self._clock = clock or SystemClock()
         self._signals = [signal.Signals[n] for n in cfg.signals]
@@ -287,27 +309,28 @@ class KillNotifier:
         try:
             targets, refusals = await asyncio.to_thread(self._resolve, alert)
         except Refused as r:
-            targets, refusals = [], [(r.pid, r.reason)]
+            targets, refusals = [], [(r.pid, r.reason, "")]
         asked = await self._ask(alert) if self._asker is not None and not self.cfg.dry_run else None
-        for pid, reason in refusals:
+        for pid, reason, verified in refusals:
             note = f"{asked.note()}; nothing signalled" if asked is not None else ""
-            await self._emit(replace(base, pid=pid, refused=reason, note=note))
-        for info in targets:
-            await self._start(base, info, alert, asked)
+            await self._emit(replace(base, pid=pid, refused=reason, note=note, verified=verified))
+        for info, verified in targets:
+            await self._start(replace(base, verified=verified), info, alert, asked)
 
-    def _resolve(self, alert: Transition) -> tuple[list[ProcInfo], list[tuple[int | None, str]]]:
-        """The processes to signal and the refused candidates (blocking /proc reads: a worker thread)."""
-        targets: list[ProcInfo] = []
-        refusals: list[tuple[int | None, str]] = []
+    def _resolve(self, alert: Transition) -> tuple[list[tuple[ProcInfo, str]], list[tuple[int | None, str, str]]]:
+        """The processes to signal and the refused candidates (blocking /proc reads: a worker thread), each
+        with how it was verified (the writer target; else "")."""
+        targets: list[tuple[ProcInfo, str]] = []
+        refusals: list[tuple[int | None, str, str]] = []
         for cand in self._candidates(alert):
             info = self.procfs.read(cand.pid)
             try:
                 self._check(cand, info)
             except Refused as r:
-                refusals.append((cand.pid, r.reason))
+                refusals.append((cand.pid, r.reason, cand.verified))
                 continue
             assert info is not None
-            targets.append(info)
+            targets.append((info, cand.verified))
         return targets, refusals
 
     def _candidates(self, alert: Transition) -> list[_Candidate]:
@@ -353,6 +376,9 @@ class KillNotifier:
                     f"({format_time(cand.born_before)}): the pid now names another process",
                     cand.pid,
                 )
+        foreign = cand.own_data() if cand.own_data is not None else None
+        if foreign is not None:
+            raise Refused(f"{foreign}: not acting on {cand.what}", cand.pid)
 
     def _writer(self, alert: Transition) -> _Candidate:
         labels = dict(alert.labels)
@@ -367,8 +393,8 @@ class KillNotifier:
         w = self._writers(source, run)
         if w is None:
             raise Refused(
-                f"no process has been seen holding an event file of run {run!r} (source {source!r}) open: "
-                "a pid in a file name is not trusted"
+                f"no writer of run {run!r} (source {source!r}) has been verified (holding one of its event files "
+                "open, or owning one it started before): a pid in a file name is not trusted"
             )
         if w.host != self.hostname:
             raise Refused(f"the verified writer of run {run!r} runs on host {w.host!r}, not {self.hostname!r}")
@@ -381,7 +407,12 @@ class KillNotifier:
         what = f"the verified writer of run {run!r} (pid {w.pid})"
         if not w.alive:
             raise Refused(f"{what} has exited", w.pid)
-        return _Candidate(w.pid, start_ticks=w.start_ticks, what=what)
+        claims = self._claims
+
+        def own_data() -> str | None:
+            return foreign_data(w, claims(source, run, None) if claims is not None else (), host, named)
+
+        return _Candidate(w.pid, start_ticks=w.start_ticks, what=what, verified=w.evidence, own_data=own_data)
 
     def _pidfile(self) -> _Candidate:
         assert self.cfg.pidfile is not None
