@@ -6,6 +6,12 @@
 "Infinity" too); `step` an integer or null; `labels` optional. A line that can't be read is reported
 with its file and line number and skipped; a last line without its newline is not read until it is
 complete.
+
+The data never names the source: the live source sets `source` to its own name on every sample, and a
+line's own `source` label, where it differs, is kept as `exported_source` (as Prometheus keeps a scraped
+target's conflicting label). Otherwise one appended line labelled `{source: tb, run: victim}` would pass for the
+TensorBoard source's run `victim`, whose verified writer the kill notifier may stop. A replay of recorded
+samples (`read_samples`, the dry-run) keeps the recorded `source` labels and fills in only missing ones.
 """
 
 from __future__ import annotations
@@ -59,8 +65,12 @@ def parse_value(value: Any) -> float:
     raise SampleLineError(f'value must be a number or "NaN", "+Inf", "-Inf", got {value!r}')
 
 
-def parse_sample(line: str, source: str | None = None) -> Sample:
-    """One line as a Sample; raise SampleLineError saying what is wrong."""
+def parse_sample(line: str, source: str | None = None, *, replay: bool = False) -> Sample:
+    """One line as a Sample; raise SampleLineError saying what is wrong.
+
+    With `source`, the sample's `source` label is `source` and the line's own, where it differs, is kept as
+    `exported_source` (`exported_exported_source` where that is taken too, and so on); with `replay` too, the line's own
+    `source` is kept and `source` only fills it in where it is missing (recorded samples, dry-runs)."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -76,8 +86,8 @@ def parse_sample(line: str, source: str | None = None) -> Sample:
     labels = obj.get("labels") or {}
     if not isinstance(labels, dict) or not all(isinstance(v, str | int) for v in labels.values()):
         raise SampleLineError("labels must be an object of strings")
-    if source is not None and "source" not in labels:
-        labels = {**labels, "source": source}
+    if source is not None:
+        labels = _with_source(labels, source, replay=replay)
     step = obj.get("step")
     if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
         raise SampleLineError(f"step must be an integer or null, got {step!r}")
@@ -86,8 +96,24 @@ def parse_sample(line: str, source: str | None = None) -> Sample:
     return Sample(SeriesKey(metric, make_labels(labels)), parse_time(obj.get("time")), step, parse_value(obj["value"]))
 
 
+def _with_source(labels: dict[str, Any], source: str, *, replay: bool) -> dict[str, Any]:
+    if "source" not in labels:
+        return {**labels, "source": source}
+    if replay or str(labels["source"]) == source:
+        return labels
+    out = dict(labels)
+    key = "exported_source"
+    while key in out:
+        key = f"exported_{key}"
+    out[key] = out.pop("source")
+    out["source"] = source
+    return out
+
+
 def read_samples(path: str, source: str | None = None) -> Iterator[Sample | tuple[int, str]]:
-    """Every sample of a whole file; a bad line yields (line number, message) instead.
+    """Every sample of a whole file, as recorded: a line's `source` label is kept, `source` fills in missing
+    ones (a replay: the dry-run; the live source is `SamplesSource`). A bad line yields (line number,
+    message) instead.
 
     How far it has read is reported to `alertd.progress` every `_REPORT_LINES` lines (a dry-run's progress bar)."""
     raw = open_regular(path)
@@ -100,7 +126,7 @@ def read_samples(path: str, source: str | None = None) -> Iterator[Sample | tupl
                 progress.reached(path, raw.tell())  # the bytes the text layer has taken, 8 KiB at a time
             if line.strip():
                 try:
-                    yield parse_sample(line, source)
+                    yield parse_sample(line, source, replay=True)
                 except SampleLineError as exc:
                     yield n, str(exc)
         if observed:
