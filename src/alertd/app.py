@@ -430,11 +430,16 @@ class Service:
             kwargs["child"] = self._child_identity
         elif cfg.type == "slurm":
             kwargs["writers"] = self.writer_registry.writer  # the job id from the verified writer's environment
+            kwargs["claims"] = self.writer_registry.claims  # ... when the alert's data is the writer's own
+            kwargs["slurm_sources"] = self._slurm_sources  # the only sources whose slurm_job_id label counts
         elif cfg.type == "log" and self.console is not None:
             kwargs["stream"] = self.console
         if cfg.type in ACTION_TYPES and accepts(cfg.type, "report"):
             kwargs["report"] = self._action_report
         return build_notifier(name, cfg, **kwargs)
+
+    def _slurm_sources(self) -> frozenset[str]:
+        return frozenset(s.name for s in self.config.sources if s.type == "slurm")
 
     def _child_identity(self) -> tuple[int, int] | None:
         return self.child.identity() if self.child is not None else None

@@ -3,11 +3,16 @@
 For each alert that turns FIRING (once per firing: the alert's fingerprint and `active_at`, as for
 `kill`; repeats, re-sends and resolutions do nothing):
 
-1. The job is attributed, exactly (`SlurmNotifierConfig.job_from`):
-   - `label`: the alert's `slurm_job_id` label (the `slurm` source sets it), `1234` or `1234_7`;
-   - `writer`: the `SLURM_JOB_ID` in the environment of the run's verified writer (the process alertd saw
-     holding the run's file open for writing, on this host, pinned by pid and start time: see `kill`),
-     read from /proc only while that pid is still that process.
+1. The job is attributed, exactly (`SlurmNotifierConfig.job_from`), and tied to the alert's run:
+   - `label`: the alert's `slurm_job_id` label, `1234` or `1234_7`, trusted only when the alert comes from
+     one of this config's `slurm` sources (`slurm_sources`: its `source` label names one; the data of no
+     source sets `source`). A `slurm_job_id` on any other alert (a samples line, a rule's label) is not
+     taken: anyone who can write a line alertd reads would otherwise cancel any job alertd's user may;
+   - `writer`: the `SLURM_JOB_ID` in the environment of the run's verified writer (the process of this
+     host, pinned by pid and start time, that alertd verified as the writer of the run's event file: see
+     `alertd.writers`), read from /proc only while that pid is still that process, and only when every
+     event file of the run that could have produced the alert is the writer's uid's (`foreign_data`, as
+     for `kill`).
    Both known and different, neither known, a malformed id, or a `host` label naming another machine:
    refused (reported, never guessed, never retried).
 2. The job must be active: `squeue --json` must list it, not ended. Slurm 22.05's `squeue` ignores its
@@ -31,7 +36,7 @@ import asyncio
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -39,10 +44,11 @@ from alertd.errors import NotifyError
 from alertd.model import Notification, Transition, TransitionKind, format_time
 from alertd.notify.acted import Firings, Reports
 from alertd.notify.config import SlurmNotifierConfig
-from alertd.notify.kill import SentSignal, WriterLookup
+from alertd.notify.kill import ClaimsLookup, SentSignal, WriterLookup
 from alertd.procfs import Procfs
 from alertd.slurmjobs import JOB_ID, Job, JobsError, parse_jobs
 from alertd.subproc import run_program
+from alertd.writers import foreign_data
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +106,11 @@ class _Refused(Exception):
 class SlurmNotifier:
     """Stops the Slurm job of each newly firing alert (see the module docstring for what is trusted).
 
-    `writers` looks up a run's verified writer (None: only the label attributes); `hostname` overrides
-    `socket.gethostname()` and `proc_root` the /proc tree (tests).
+    `writers` looks up a run's verified writer (None: only the label attributes), `claims` the run's event
+    files the writer registry saw; `slurm_sources` names the config's sources of type `slurm` (the only
+    ones whose `slurm_job_id` label is trusted; a function is asked at each alert, so a reload that adds or
+    drops one counts); `hostname` overrides `socket.gethostname()` and
+    `proc_root` the /proc tree (tests).
     """
 
     def __init__(
@@ -111,6 +120,8 @@ class SlurmNotifier:
         *,
         report: Callable[[SlurmReport], Awaitable[None]] | None = None,
         writers: WriterLookup | None = None,
+        claims: ClaimsLookup | None = None,
+        slurm_sources: Iterable[str] | Callable[[], Iterable[str]] = (),
         hostname: str | None = None,
         proc_root: str = "/proc",
     ) -> None:
@@ -121,6 +132,8 @@ class SlurmNotifier:
         self._reports: Reports[SlurmReport] = Reports(f"slurm {name}", log, report)
         self.history = self._reports.history
         self._writers = writers
+        self._claims = claims
+        self._slurm_sources = slurm_sources
         self._acted = Firings()
         self._tasks: dict[asyncio.Task[None], SlurmReport] = {}
         self._closed = False
@@ -179,17 +192,33 @@ class SlurmNotifier:
 
     # -- attribution ---------------------------------------------------------------------------------
 
+    def slurm_sources(self) -> frozenset[str]:
+        """The names of the sources whose `slurm_job_id` label is trusted: the config's `slurm` sources."""
+        names = self._slurm_sources
+        return frozenset(names() if callable(names) else names)
+
     async def _attribute(self, alert: Transition) -> tuple[str, str]:
         labels = dict(alert.labels)
         host = labels.get("host")
         if host is not None and host != self.hostname:
             raise _Refused(f"the alert comes from host {host!r}, not this machine ({self.hostname!r})")
         found: dict[str, str] = {}
+        untrusted = ""
         if "label" in self.cfg.job_from and "slurm_job_id" in labels:
             value = labels["slurm_job_id"]
-            if not JOB_ID.fullmatch(value):
+            trusted = self.slurm_sources()
+            if labels.get("source") not in trusted:
+                said = f"source {labels['source']!r}" if "source" in labels else "no source"
+                slurm = ", ".join(sorted(trusted)) or "none"
+                untrusted = (
+                    f"; its slurm_job_id label is not taken: the alert comes from {said}, not from a slurm "
+                    f"source of this config ({slurm})"
+                )
+                labels = {k: v for k, v in labels.items() if k != "slurm_job_id"}
+            elif not JOB_ID.fullmatch(value):
                 raise _Refused(f"the slurm_job_id label {value[:40]!r} is not a job id")
-            found["label"] = value
+            else:
+                found["label"] = value
         if "writer" in self.cfg.job_from:
             got = await asyncio.to_thread(self._from_writer, labels)
             if got is not None:
@@ -199,7 +228,7 @@ class SlurmNotifier:
                 {"label": "a slurm_job_id label", "writer": "a verified writer with SLURM_JOB_ID"}[w]
                 for w in self.cfg.job_from
             )
-            raise _Refused(f"the alert has no attributable Slurm job (it needs {wants})")
+            raise _Refused(f"the alert has no attributable Slurm job (it needs {wants}){untrusted}")
         ids = set(found.values())
         if len(ids) > 1:
             said = ", ".join(f"{how} says {job}" for how, job in found.items())
@@ -220,6 +249,10 @@ class SlurmNotifier:
             raise _Refused(f"the verified writer of run {run!r} runs on host {w.host!r}, not {self.hostname!r}")
         if not w.alive:
             raise _Refused(f"the verified writer of run {run!r} (pid {w.pid}) has exited")
+        claims = self._claims(source, run, None) if self._claims is not None else ()
+        foreign = foreign_data(w, claims, labels.get("host"), labels.get("pid"))
+        if foreign is not None:
+            raise _Refused(f"{foreign}: not acting on the job of the verified writer of run {run!r} (pid {w.pid})")
         env = self.procfs.environ(w.pid, w.start_ticks)
         if env is None:
             raise _Refused(f"the environment of the verified writer (pid {w.pid}) can't be read (gone, or not ours)")
