@@ -343,14 +343,24 @@ class KillNotifier:
         if target == "pidfile":
             return [self._pidfile()]
         if target == "child":
-            return [self._child_candidate()]
+            return [self._child_candidate(alert)]
         return [_Candidate(info.pid, start_ticks=info.start_ticks) for info in self._cmdline_matches()]
 
-    def _child_candidate(self) -> _Candidate:
+    def _child_candidate(self, alert: Transition) -> _Candidate:
         child = self._child() if self._child is not None else None
         if child is None:
             raise Refused("target child: no child process (it is alertd exec's trainer: is alertd running as exec?)")
         pid, start_ticks = child
+        labels = dict(alert.labels)
+        named, host = labels.get("pid") or str(pid), labels.get("host")
+        # The data names the process that wrote it: it must be the child, or one of its own (a torchrun rank).
+        here = host is None or host == self.hostname
+        if here and named != str(pid) and (not named.isdigit() or pid not in self.procfs.ancestors(int(named))):
+            raise Refused(
+                f"the data comes from pid {named}, which is neither the child (pid {pid}) nor one of its "
+                "descendants: an earlier run's alert is not acted on",
+                pid,
+            )
         return _Candidate(pid, start_ticks=start_ticks, what=f"the child (pid {pid})")
 
     def _check(self, cand: _Candidate, info: ProcInfo | None) -> None:
