@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import sqlite3
 import sys
@@ -37,14 +38,15 @@ from alertd.clock import Clock, SystemClock
 from alertd.config import Config, load_config
 from alertd.dispatch.announce import ActionReport, announcements
 from alertd.dispatch.dispatcher import Dispatcher
-from alertd.dispatch.outbox import Outbox, StateDirError, state_dir
+from alertd.dispatch.outbox import STATE_DIR_ENV, Outbox, StateDirError, StateDirLocked, state_dir
 from alertd.dispatch.silences import SilenceStore
 from alertd.errors import ConfigError
+from alertd.exec_stop import with_exec_stop
 from alertd.health import SourceHealth
 from alertd.logs import setup_logging
-from alertd.model import Sample, SeriesKey, Transition, TransitionKind, make_labels
+from alertd.model import Alert, Sample, SeriesKey, Transition, TransitionKind, make_labels
 from alertd.notify.base import Notifier
-from alertd.notify.config import KillConfig, NotifierConfig
+from alertd.notify.config import ACTION_TYPES, KillConfig, NotifierConfig, action_receivers, takes_reports
 from alertd.notify.registry import accepts, build_notifier
 from alertd.persist import Snapshot, StateStore
 from alertd.rules.carry import carry_over, fingerprint, restored, rule_fingerprints
@@ -71,9 +73,6 @@ that did is committed at once, with what it planned). A crash reads at most this
 plans nothing new: the same transitions give the same idempotency keys."""
 POLL_TIMEOUT = 10.0
 """Seconds beyond its interval a source's poll may take before it counts as failed (it keeps its thread)."""
-ACTION_TYPES = ("kill", "stop_file", "wandb_stop", "slurm")
-"""Notifier types that act on the training run rather than tell people: what they did (each one whose
-class takes `report=`) is announced to the alert's other receivers, never to these."""
 TRANSITION_LOG = 20_000
 """Recent transitions kept in memory for the web page's alert spans (`transition_log`)."""
 WAKE_GAP = 0.005
@@ -119,17 +118,21 @@ class Service:
         state: Path | None = None,
         console: TextIO | None = None,
         exec_mode: bool = False,
+        amend: Callable[[Config], Config] | None = None,
     ) -> None:
         self.paths = list(paths)
         self.console = console
         self.exec_mode = exec_mode
+        self.amend = amend
+        """What the composition adds to the rules files' configuration, at start and at every reload (the
+        exec stop: `alertd.exec_stop`)."""
         self.writer_registry = WriterRegistry()
         self.transition_log: deque[Transition] = deque(maxlen=TRANSITION_LOG)
         """The newest transitions, for the run page's alert spans (not persisted)."""
         self._claim_generations: tuple[tuple[str, int], ...] = ()
         self._writers_checked = float("-inf")
         self.clock = clock or SystemClock()
-        config = load_config(self.paths)
+        config = self._load()
         runs = RunTracker(config.stall_after)
         self.engine = Engine(config, SeriesBuffer(config.buffer), RuleSet(config.rules), runs=runs)
         self.state_dir = state or state_dir()
@@ -178,6 +181,11 @@ class Service:
         """The rules files now in force."""
         return self.engine.config
 
+    def _load(self) -> Config:
+        """Read and check the rules files (ConfigError), with what `amend` adds."""
+        config = load_config(self.paths)
+        return self.amend(config) if self.amend is not None else config
+
     def open(self) -> None:
         """Build the sources, notifiers and dispatcher, and take up the state of the previous run."""
         config = self.config
@@ -192,6 +200,7 @@ class Service:
             notifiers=self.notifiers,
             inhibit_rules=[r.to_rule() for r in config.inhibit_rules],
             silences=self.silences,
+            immediate=action_receivers(config.notifiers),
         )
         self._restore()
         self.save_state()  # at once: a crash in the first seconds must not read everything again
@@ -247,7 +256,7 @@ class Service:
             return ["a reload is already under way"]
         self._reloading = True
         try:
-            config = await asyncio.get_running_loop().run_in_executor(None, load_config, self.paths)
+            config = await asyncio.get_running_loop().run_in_executor(None, self._load)
         except ConfigError as exc:
             errors = [str(p) for p in exc.problems]
             log.error("reload refused, the running rules stay: %s", "; ".join(errors))
@@ -287,7 +296,10 @@ class Service:
             self._close_later(self.notifiers.pop(name))
         assert self.dispatcher is not None
         self.dispatcher.reconfigure(
-            route=new.route.to_route(), inhibit_rules=[r.to_rule() for r in new.inhibit_rules], notifiers=self.notifiers
+            route=new.route.to_route(),
+            inhibit_rules=[r.to_rule() for r in new.inhibit_rules],
+            notifiers=self.notifiers,
+            immediate=action_receivers(new.notifiers),
         )
 
     def _drop_source(self, name: str) -> None:
@@ -446,7 +458,7 @@ class Service:
 
     async def _action_report(self, report: ActionReport) -> None:
         """Tell people what an action notifier did (a kill, a W&B run stopped, ...): a notification to every
-        receiver the alert routes to but the action notifiers (ACTION_TYPES)."""
+        receiver the alert routes to that takes reports (`takes_reports`: not the actions, not pagers)."""
         extra = {"rule": report.rule, "action": report.action, "notifier": report.notifier}
         pid = getattr(report, "pid", None)
         if pid is not None:
@@ -454,9 +466,12 @@ class Service:
         log.warning("%s", report.summary(), extra=extra)
         assert self.dispatcher is not None
         alerts = self.engine.state.alerts(self.engine.ruleset.rules)
-        alert = next((a for a in alerts if a.fingerprint == report.fingerprint), None)
-        actions = [n for n, cfg in self.config.notifiers.items() if cfg.type in ACTION_TYPES]
-        notes = announcements(report, alert, self.dispatcher.route, actions, self.clock.now())
+        alert: Alert | Transition | None = next((a for a in alerts if a.fingerprint == report.fingerprint), None)
+        if alert is None:  # resolved meanwhile (the run it stopped has ended): as it was when it fired
+            fired = (t for t in reversed(self.transition_log) if t.state is TransitionKind.FIRING)
+            alert = next((t for t in fired if t.fingerprint == report.fingerprint), None)
+        skip = [n for n, cfg in self.config.notifiers.items() if not takes_reports(cfg)]
+        notes = announcements(report, alert, self.dispatcher.route, skip, self.clock.now())
         self.dispatcher.outbox.commit_plan(notes, {})
         self._wake.set()
 
@@ -585,13 +600,14 @@ class Service:
         self._claim_generations, self._writers_checked = generations, now
         if not claims:
             return
-        changes, unverified = await asyncio.to_thread(self._check_writers, claims, now)
+        changes, unverified, statuses = await asyncio.to_thread(self._check_writers, claims, now)
         for line in changes:
             log.info("%s", line)
         derived: list[Sample] = []
         runs = self.engine.runs
         for w in self.writer_registry.writers():
-            derived += runs.writer(w.source, w.run, Writer(w.host, w.pid, True, w.alive, w.holding), now)
+            status = statuses.get((w.pid, w.start_ticks))
+            derived += runs.writer(w.source, w.run, Writer(w.host, w.pid, True, w.alive, w.holding, status), now)
         by_run: dict[tuple[str, str], tuple[WriterClaim, bool]] = {}
         for c, alive in unverified:  # a run's writer lives if any of its files' named process does
             if alive or (c.source, c.run) not in by_run:
@@ -608,16 +624,30 @@ class Service:
             self._writer_claims[name] = source.writer_claims()
         return self._writer_claims.get(name, [])
 
-    def _check_writers(self, claims: list[WriterClaim], now: float) -> tuple[list[str], list[tuple[WriterClaim, bool]]]:
+    def _check_writers(
+        self, claims: list[WriterClaim], now: float
+    ) -> tuple[list[str], list[tuple[WriterClaim, bool]], dict[tuple[int, int], int]]:
+        """The registry's check; whether each unverified claim's process lives (a zombie does not: it has
+        exited, only its parent has not reaped it yet); the exit status of each verified writer that is gone
+        but still a zombie, by (pid, start time): how its run ended."""
         registry = self.writer_registry
+        procfs = registry.procfs
         changes = registry.check(claims, now)
-        verified = {(w.source, w.run) for w in registry.writers()}
-        unverified = [
-            (c, os.path.exists(f"/proc/{c.pid}"))
-            for c in claims
-            if (c.source, c.run) not in verified and c.host == registry.hostname
-        ]
-        return changes, unverified
+        writers = registry.writers()
+        verified = {(w.source, w.run) for w in writers}
+        unverified = []
+        for c in claims:
+            if (c.source, c.run) not in verified and c.host == registry.hostname:
+                info = procfs.read(c.pid)
+                unverified.append((c, info is not None and not info.zombie))
+        statuses: dict[tuple[int, int], int] = {}
+        for w in writers:
+            if not w.alive and (w.pid, w.start_ticks) not in statuses:
+                info = procfs.read(w.pid)
+                same = info is not None and info.zombie and info.start_ticks == w.start_ticks
+                if same and info is not None and info.exit_code is not None:
+                    statuses[(w.pid, w.start_ticks)] = os.waitstatus_to_exitcode(info.exit_code)
+        return changes, unverified, statuses
 
     async def _deliveries(self) -> None:
         """Deliver what the outbox holds as soon as it is due; run group timers when they expire."""
@@ -711,6 +741,18 @@ class Service:
         """Start a reload without waiting for it (SIGHUP)."""
         self._spawn(self.reload(), "reload", keep=self._closing)
 
+    def earlier_run_ended(self, source: str, run: str) -> None:
+        """A run of this name ran before this alertd started, and its end was not seen (alertd exec starts
+        a new one): the alerts restored for it are over. Nothing when none is active."""
+        labels = {("source", source), ("run", run)}
+        if not any(labels <= set(key.labels) for _, key in self.engine.state.active_pairs()):
+            return
+        now = self.clock.now()
+        derived = self.engine.runs.ended_unseen(source, run, now)
+        if derived:
+            self.engine.buffer.append(derived, now)
+        self.evaluate(now)
+
     def run_exited(self, source: str, run: str, status: int) -> None:
         """A run's process (alertd's own child) exited with `status`: its end, evaluated at once."""
         now = self.clock.now()
@@ -718,6 +760,19 @@ class Service:
         if derived:
             self.engine.buffer.append(derived, now)
         self.evaluate(now)
+
+    def flush_groups(self) -> None:
+        """Send what every open group holds now, whatever its timers (alertd exec's child has ended)."""
+        assert self.dispatcher is not None
+        now = self.clock.now()
+        alerts = {a.fingerprint: a for a in self.engine.state.alerts(self.engine.ruleset.rules)}
+        try:
+            self.dispatcher.flush_groups(alerts, now)
+        except sqlite3.Error as exc:
+            self.store.failed()
+            self.fatal(f"can't write the state directory {self.state_dir} ({exc}); alertd stops")
+            return
+        self._wake.set()
 
     async def drain(self, timeout: float) -> None:
         """Wait (at most `timeout` s) until nothing is left to deliver now or within the next second."""
@@ -881,6 +936,7 @@ def run_exec(
     listen: str | None = None,
     state_dir: str | None = None,
     log_format: str = "auto",
+    stop: bool = False,
 ) -> int:
     """`alertd exec -- COMMAND ...`: run the trainer as a child, watched; exit with its status.
 
@@ -888,24 +944,52 @@ def run_exec(
     and SIGHUP sent to alertd are forwarded to the child; one the terminal sent to the whole process
     group (Ctrl-C) reached the child already and is not sent twice. The status is the child's exit
     code, 128+N when a signal N ended it, 127 when the command does not exist, and 2 when the rules
-    files are bad (the child is then not started).
+    files are bad or no state directory can be had (the child is then not started).
+
+    The state lives in `state_dir` (`--state-dir`, else $ALERTD_STATE_DIR), else in one of its own per run
+    name, `./.state/exec/<run>` (`<run>.2`, ... while another alertd exec of that name holds it), so that an
+    exec starts its trainer beside a service using `./.state`. `stop`: add the exec stop to the rules
+    (`alertd.exec_stop`; the built-in rules without `--no-stop`).
     """
     setup_logging(log_format)
-    if state_dir:
-        os.environ["ALERTD_STATE_DIR"] = state_dir
-    try:
-        service = Service(paths, console=sys.stderr, exec_mode=True)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            log.error("%s", problem)
+    name = run or _run_name(argv)
+    explicit = state_dir or os.environ.get(STATE_DIR_ENV)
+    stop_file = None
+    own = os.environ.get(STOP_FILE_ENV, "")
+    service: Service | None = None
+    for directory in [Path(explicit)] if explicit else _exec_state_dirs(name):
+        if stop:  # the stop file the child's callbacks will look for: its own (absolute), else in the state
+            stop_file = own if os.path.isabs(own) else str((directory / STOP_FILE_NAME).absolute())
+        amend = (lambda config, path=stop_file: with_exec_stop(config, path)) if stop_file else None
+        try:
+            service = Service(paths, console=sys.stderr, exec_mode=True, state=directory, amend=amend)
+            break
+        except ConfigError as exc:
+            for problem in exc.problems:
+                log.error("%s", problem)
+            return 2
+        except StateDirLocked as exc:
+            if explicit:
+                log.error(
+                    "%s: give this alertd exec a state directory of its own (alertd exec --state-dir DIR -- ...)", exc
+                )
+                return 2
+            log.info("alertd exec: %s; trying the next", exc)
+        except StateDirError as exc:
+            log.error("%s (alertd exec --state-dir DIR chooses another)", exc)
+            return 2
+    if service is None:
+        log.error("alertd exec: every state directory for run %s is in use: give one with --state-dir DIR", name)
         return 2
-    except StateDirError as exc:
-        log.error("%s", exc)
-        return 2
+    env = {}
+    if stop_file is not None and stop_file != own:
+        env[STOP_FILE_ENV] = stop_file
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stop_file)  # an earlier child's request it never honoured (a script without the callbacks)
     # Block the signals before any thread exists, so that only the forwarding thread takes them.
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, EXEC_SIGNALS)
     try:
-        status = asyncio.run(_exec_main(service, list(argv), run or _run_name(argv), listen))
+        status = asyncio.run(_exec_main(service, list(argv), name, listen, env))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
     if status is None:
@@ -913,7 +997,22 @@ def run_exec(
     return 128 - status if status < 0 else status
 
 
-async def _exec_main(service: Service, argv: list[str], run: str, listen: str | None) -> int | None:
+STOP_FILE_NAME = "ALERTD_STOP"
+STOP_FILE_ENV = "ALERTD_STOP_FILE"
+"""The stop file alertd's training callbacks look for (`alertd.integrations.stop`)."""
+EXEC_STATE_DIRS = 9
+"""State directories `alertd exec` tries per run name: `<run>`, then `<run>.2` ... `<run>.9`."""
+
+
+def _exec_state_dirs(run: str) -> list[Path]:
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", run)[:100].lstrip(".") or "run"
+    base = Path(".state") / "exec"
+    return [base / safe, *(base / f"{safe}.{n}" for n in range(2, EXEC_STATE_DIRS + 1))]
+
+
+async def _exec_main(
+    service: Service, argv: list[str], run: str, listen: str | None, env: dict[str, str] | None = None
+) -> int | None:
     loop = asyncio.get_running_loop()
     main = asyncio.create_task(_main(service, listen, handle_signals=False))
     while not service.ready:
@@ -925,7 +1024,8 @@ async def _exec_main(service: Service, argv: list[str], run: str, listen: str | 
     def deliver(samples: list[Sample]) -> None:
         loop.call_soon_threadsafe(lambda: service.ingest(samples, service.clock.now()))
 
-    child = ChildRun(argv, run=run, on_samples=deliver)
+    child = ChildRun(argv, run=run, on_samples=deliver, env=env)
+    service.earlier_run_ended(child.source, run)  # restored alerts of an earlier child: that run is over
     try:
         pid = child.start()
     except OSError as exc:
@@ -939,6 +1039,8 @@ async def _exec_main(service: Service, argv: list[str], run: str, listen: str | 
     status = await loop.run_in_executor(None, child.wait)
     log.info("alertd exec: %s (pid %d) exited with status %d", argv[0], pid, status)
     service.run_exited(child.source, run, status)
+    await service.drain(EXEC_DRAIN)  # the actions under way report how the child ended
+    service.flush_groups()  # alertd ends with its child: what waits in a group is told now
     await service.drain(EXEC_DRAIN)
     service.stop()
     await main

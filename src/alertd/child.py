@@ -48,8 +48,11 @@ class ChildRun:
         parser: LineParser | None = None,
         stdout_fd: int = 1,
         stderr_fd: int = 2,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.argv = list(argv)
+        self.env = dict(env or {})
+        """Set in the child's environment over alertd's own."""
         self.run = run
         self.source = source
         self.on_samples = on_samples
@@ -66,7 +69,7 @@ class ChildRun:
         """Start the child; return its pid. Raises OSError (FileNotFoundError: no such command)."""
         r_out, w_out = os.pipe()
         r_err, w_err = os.pipe()
-        env = dict(os.environ)
+        env = {**os.environ, **self.env}
         env.setdefault("PYTHONUNBUFFERED", "1")
         actions = [(os.POSIX_SPAWN_DUP2, w_out, 1), (os.POSIX_SPAWN_DUP2, w_err, 2)]
         try:

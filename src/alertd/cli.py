@@ -66,13 +66,19 @@ def _parser() -> argparse.ArgumentParser:
     ex = sub.add_parser(
         "exec",
         help="run a trainer as alertd's child, watched; exit with its status",
-        usage="alertd exec [--rules FILE ...] [--listen HOST:PORT] [--run NAME] -- COMMAND [ARG ...]",
+        usage="alertd exec [--rules FILE ...] [--no-stop] [--listen HOST:PORT] [--run NAME] [--state-dir DIR] "
+        "-- COMMAND [ARG ...]",
     )
     ex.add_argument("--rules", action="append", metavar="FILE", help="rules file (repeatable; default: the built-in)")
     ex.add_argument("--listen", default=None, metavar="HOST:PORT", help="serve the HTTP API (default: off)")
     ex.add_argument("--run", default=None, metavar="NAME", help="the run label of the child's output")
     ex.add_argument("--state-dir", default=None, help="where the outbox and state live (env ALERTD_STATE_DIR)")
     ex.add_argument("--log-format", choices=("auto", "json", "text"), default="auto")
+    ex.add_argument(
+        "--no-stop",
+        action="store_true",
+        help="with the built-in rules: only tell, never stop the child (default: a non-finite loss stops it)",
+    )
     ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]")
     check = sub.add_parser("check", help="validate rules files")
     check.add_argument("files", nargs="+", metavar="FILE")
@@ -364,9 +370,17 @@ def _exec(ns: argparse.Namespace) -> int:
     command = ns.argv[1:] if ns.argv[:1] == ["--"] else ns.argv
     if not command:
         raise CliError("alertd exec needs a command: alertd exec [--rules FILE] -- python train.py")
+    if ns.rules and ns.no_stop:
+        raise CliError("--no-stop is for the built-in rules: with --rules, the rules file says what acts")
     rules = ns.rules or [str(default_rules())]
     status: int = run_exec(
-        command, rules, run=ns.run, listen=ns.listen, state_dir=ns.state_dir, log_format=ns.log_format
+        command,
+        rules,
+        run=ns.run,
+        listen=ns.listen,
+        state_dir=ns.state_dir,
+        log_format=ns.log_format,
+        stop=not ns.rules and not ns.no_stop,
     )
     return status
 

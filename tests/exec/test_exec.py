@@ -82,6 +82,25 @@ def test_the_child_s_exit_status_is_alertd_s_and_its_end_is_alerted(
         assert ends[0]["exit_code"] == ("-9" if status == 137 else str(status))
 
 
+def test_a_cuda_oom_traceback_then_exit_0_is_one_crashed_end_never_finished(
+    rules: Path, tmp_path: Path, receiver: Receiver
+) -> None:
+    """A wrapper that prints the trainer's CUDA-OOM traceback and exits 0: crashed, once; no "training is done"."""
+    code = (
+        "import sys\n"
+        "print('step=1 loss=2.0', flush=True)\n"
+        "print('Traceback (most recent call last):', file=sys.stderr)\n"
+        "print('  File \"train.py\", line 9, in <module>', file=sys.stderr)\n"
+        "print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB', file=sys.stderr)\n"
+    )
+    proc = alertd_exec(rules, tmp_path, code)
+    out, err = proc.communicate(timeout=60)
+    assert out == b"step=1 loss=2.0\n"
+    assert proc.returncode == 0, err.decode()
+    ends = [(name, labels["reason"]) for state, name, labels in fired(receiver) if state == "firing"]
+    assert ends == [("run_crashed", "crashed")], err.decode()[-3000:]
+
+
 def test_output_passes_through_byte_for_byte(rules: Path, tmp_path: Path) -> None:
     blob = bytes(range(256)) * 40 + b"\r 10%|# | loss=1.0\r 20%|## | loss=nan\nno newline at the end"
     (tmp_path / "blob").write_bytes(blob)
