@@ -28,6 +28,7 @@ ARTIFACTS = Path(os.environ.get("ALERTD_ARTIFACTS") or Path(__file__).resolve().
 RULES = """
 sources:
   - {{name: tb, type: tensorboard, logdir: "{logdir}", interval: 0.2s}}
+  - {{name: gpu, type: nvml, interval: 1s}}
 notifiers: {{console: {{type: log}}}}
 route: {{receivers: [console], group_wait: 0s, repeat_interval: 4h}}
 rules:
@@ -75,7 +76,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     rules = root / "rules.yaml"
     rules.write_text(RULES.format(logdir=logdir))
     port = _free_port()
-    env = {"ALERTD_API_TOKEN": TOKEN, "ALERTD_DRY_RUN_ROOTS": str(recorded)}
+    no_driver = root / "no-driver"  # an unloadable libnvidia-ml.so.1 first on the path: NVML is missing on any box
+    no_driver.mkdir()
+    (no_driver / "libnvidia-ml.so.1").write_bytes(b"")
+    env = {"ALERTD_API_TOKEN": TOKEN, "ALERTD_DRY_RUN_ROOTS": str(recorded), "LD_LIBRARY_PATH": str(no_driver)}
     alertd = Alertd(rules, root / "state", "--listen", f"127.0.0.1:{port}", env=env)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -163,6 +167,8 @@ def test_the_overview_lists_the_firing_alert_its_run_and_the_sources(page: Any, 
     assert "critical" in text and "train/loss is NaN at step 30" in text and "30" in text
     assert page.locator('#runs tr[data-run="exp1"][data-source="tb"]').inner_text().count("exp1") >= 1
     assert "up" in page.locator('#sources tr[data-source="tb"]').inner_text()
+    gpu = page.locator('#sources tr[data-source="gpu"]').inner_text()
+    assert "disabled" in gpu and "libnvidia-ml.so.1 not found" in gpu and "up" not in gpu.split()
     # Live: a new alert appears without a reload.
     w = ScalarWriter(Path(site["alertd"].log_path).parent / "runs" / "exp2")
     w.add_scalar("train/grad_norm", 500.0, 1)
@@ -188,7 +194,14 @@ def test_the_run_page_draws_the_curves_with_the_alert_span_over_the_firing_step(
     for metric in ("train/grad_norm", "train/learning_rate"):
         assert page.locator(f'#chart g.panel[data-metric="{metric}"] path.line').count() == 1
     assert page.locator("#run-state-value").inner_text().startswith("running")
+    assert panel.get_attribute("data-axis") == "step"  # over the training step by default
+    assert panel.locator("text.axis").text_content() == "step"
     shot(page, "run")
+    page.locator("#x-time").click()  # the same run over time
+    by_time = page.locator('#chart g.panel[data-metric="train/loss"][data-axis="time"]')
+    by_time.wait_for()
+    assert by_time.locator("text.axis").text_content() == "time"
+    assert page.locator("#x-time").evaluate("e => e.tagName") == "STRONG"
 
 
 def test_a_silence_made_from_the_page_silences_the_alert(page: Any, site: dict[str, Any]) -> None:
