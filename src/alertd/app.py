@@ -607,7 +607,8 @@ class Service:
         runs = self.engine.runs
         for w in self.writer_registry.writers():
             status = statuses.get((w.pid, w.start_ticks))
-            derived += runs.writer(w.source, w.run, Writer(w.host, w.pid, True, w.alive, w.holding, status), now)
+            writer = Writer(w.host, w.pid, True, w.alive, w.holding, status, w.how)
+            derived += runs.writer(w.source, w.run, writer, now)
         by_run: dict[tuple[str, str], tuple[WriterClaim, bool]] = {}
         for c, alive in unverified:  # a run's writer lives if any of its files' named process does
             if alive or (c.source, c.run) not in by_run:

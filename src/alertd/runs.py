@@ -105,6 +105,9 @@ class Writer:
     exit_status: int | None = None
     """Once it is gone: its status as subprocess's returncode (-N: signal N), where it could be read (a
     zombie's); else None."""
+    how: str = ""
+    """How a verified writer was verified: `holds` (seen holding the file open for writing) or `owner` (its
+    uid owns the file, and it started before the file was created); "" when not verified."""
 
 
 @dataclass(slots=True)
@@ -139,11 +142,18 @@ class Run:
             "source": self.source,
             "run": self.run,
             "state": self.state.value,
-            "reason": self.reason.value if self.reason else None,
+            "reason": self.reason.value if self.reason else ("unknown" if self.state is RunState.ENDED else None),
             "exit_code": self.exit_code,
             "writer": None
             if w is None
-            else {"host": w.host, "pid": w.pid, "verified": w.verified, "alive": w.alive, "holding": w.holding},
+            else {
+                "host": w.host,
+                "pid": w.pid,
+                "verified": w.verified,
+                "verifiedBy": w.how or None,
+                "alive": w.alive,
+                "holding": w.holding,
+            },
             "first_step": self.first_step,
             "last_step": self.last_step,
             "first_time": self.first_time if math.isfinite(self.first_time) else None,

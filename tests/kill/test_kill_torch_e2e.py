@@ -14,9 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 from service_helpers import Alertd, wait_for
 
-from alertd.testing.receiver import Receiver
+from alertd.testing.receiver import Receiver, free_port
 from alertd.writers import BIRTH_TIME, NAME_TIME
 
 TRAINER = r"""
@@ -57,7 +58,8 @@ def test_a_torch_summarywriter_trainer_is_stopped_by_a_sidecar(tmp_path: Path) -
     receiver = Receiver()
     rules = tmp_path / "rules.yaml"
     rules.write_text(RULES.format(logdir=tmp_path / "runs", url=receiver.url))
-    alertd = Alertd(rules, tmp_path / "state")
+    port = free_port()
+    alertd = Alertd(rules, tmp_path / "state", "--listen", f"127.0.0.1:{port}")
     try:
         alertd.wait_log("alertd started")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -79,6 +81,9 @@ def test_a_torch_summarywriter_trainer_is_stopped_by_a_sidecar(tmp_path: Path) -
         # By ownership: no process holds the file between flushes. (A check that happens to fall within one
         # of the two flushes' open/write/close sees it held: the report then says "by holds".)
         owner = f"writer verified by owner: uid {os.getuid()} owns {event_file}, created at "
+        (run,) = httpx.get(f"http://127.0.0.1:{port}/api/v1/runs", timeout=10).json()
+        assert run["writer"]["pid"] == trainer.pid and run["writer"]["verified"]
+        assert run["writer"]["verifiedBy"] == ("owner" if owner in summary else "holds")
         if owner in summary:
             assert summary.endswith(
                 (f"({BIRTH_TIME}) after the process started", f"({NAME_TIME}) after the process started")

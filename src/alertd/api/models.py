@@ -184,17 +184,20 @@ class SourceOut(BaseModel):
 
 
 class WriterOut(BaseModel):
-    """The process writing a run: `verified` when alertd saw it hold the run's file open and own it."""
+    """The process writing a run: `verified` when alertd proved it is the run's writer, `verifiedBy` how:
+    `holds` (seen holding the run's file open for writing, and owning it) or `owner` (its uid owns the
+    file, and it started before the file was created: torch's writer, which holds nothing between flushes)."""
 
     host: str
     pid: int
     verified: bool
+    verifiedBy: Literal["holds", "owner"] | None = None
     alive: bool
     holding: bool
 
 
 class RunOut(BaseModel):
-    """One run: `state` running, stalled or ended; `reason` finished, crashed, killed or lost once ended."""
+    """One run: `state` running, stalled or ended; `reason` finished, crashed, killed, lost or unknown once ended."""
 
     source: str
     run: str
