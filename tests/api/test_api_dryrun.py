@@ -122,6 +122,10 @@ async def test_bad_rules_and_bad_samples_are_400_with_places(tmp_path: Path, mon
         r = await client.post("/api/v1/dry-run", json={"rules": leaky, "samples": samples(["NaN"], "m")})
         assert r.status_code == 400
         assert "ALERTD_API_TEST_SECRET is not set" in r.text and "very-secret-value-42" not in r.text
+        both = leaky + "  - {name: y, metric: m, condition: nonfinit}\n"  # the variable and the typo, in one answer
+        errors = (await client.post("/api/v1/dry-run", json={"rules": both})).json()["errors"]
+        assert [e.split(": ")[1] for e in errors] == ["rules[0].annotations.a", "rules[1].condition"]
+        assert "did you mean 'nonfinite'?" in errors[1]
         good = "rules:\n  - {name: x, metric: m, condition: nonfinite}\n"
         r = await client.post("/api/v1/dry-run", json={"rules": good, "samples": [{"metric": "m", "value": 1}]})
         assert r.status_code == 400 and r.json()["errors"][0].startswith("samples[0]: time must be")

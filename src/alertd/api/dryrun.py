@@ -181,10 +181,10 @@ def rules_from_text(rules: str | Mapping[str, Any]) -> Config:
     """
     text = rules if isinstance(rules, str) else json.dumps(rules)
     try:
-        doc = parse_yaml(text, RULES_FILE, {})
-        problems: list[Problem] = []
-        model = _validate(doc, problems)
-        if model is None:
+        doc = parse_yaml(text, RULES_FILE, {}, keep_going=True)
+        problems: list[Problem] = list(doc.problems)  # a `${VAR}` (never set here) with the other problems
+        model = _validate(doc, problems, frozenset(p.place for p in doc.problems))
+        if model is None or problems:
             raise ConfigError(problems)
         return _merge([(doc, model)], (RULES_FILE,))
     except ConfigError as exc:
