@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from core_helpers import NAN, rule, samples, series, table
 
-from alertd.model import Sample
+from alertd.dryrun import Replay
+from alertd.model import Sample, shown_annotations
+from alertd.rules import RuleSet
 
 NF = "{name: nf, metric: loss, condition: nonfinite}"
 CRASHED = "{name: crashed, metric: run.end, labels_match: {reason: crashed}, condition: '> 0'}"
@@ -71,3 +73,16 @@ def test_ranks_writing_side_by_side_do_not_resolve_each_other() -> None:
     b = series("loss", run="r1", source="s", host="n1")
     data = [*samples(a, [NAN]), *samples(b, [1.0, 1.0], start=5.0)]
     assert table([rule(NF)], data) == [(0.0, "nf", "firing")]
+
+
+def test_an_alert_ended_by_its_run_says_so_not_back_to() -> None:
+    loss = series("loss", run="r1", source="s")
+    replay = Replay(RuleSet([rule("{name: nf, metric: loss, condition: nonfinite, annotations: {summary: x}}")]))
+    fired = replay.feed(samples(loss, [1.0, NAN])).transitions
+    (resolved,) = replay.feed([finished(25.0)]).transitions
+    assert [t.state.value for t in fired] == ["firing"] and resolved.state.value == "resolved"
+    assert shown_annotations(resolved)["summary"] == "run r1 ended; loss was NaN at step 1"
+    # a value that comes back resolves as before: "back to"
+    replay = Replay(RuleSet([rule("{name: nf, metric: loss, condition: nonfinite, annotations: {summary: x}}")]))
+    (_, resolved) = replay.feed(samples(loss, [NAN, 2.0])).transitions
+    assert shown_annotations(resolved)["summary"] == "loss back to 2 at step 1"

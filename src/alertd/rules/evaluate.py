@@ -19,7 +19,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from alertd.buffer import Series, SeriesBuffer
-from alertd.model import Alert, AlertState, Labels, SeriesKey, Transition, TransitionKind, format_time
+from alertd.model import (
+    RESOLVED_SUMMARY,
+    Alert,
+    AlertState,
+    Labels,
+    SeriesKey,
+    Transition,
+    TransitionKind,
+    format_time,
+    value_text,
+)
 from alertd.rules.expr import Expr
 from alertd.rules.expr_join import (
     MAX_STEP,
@@ -160,6 +170,9 @@ class _Run:
         assert rule is not None and key is not None
         labels = alert_labels(rule, key)
         tr.annotations = self._render(rule, key, tr, labels)
+        ended = self.buffer.run_finished_at(key) if rule.absent is None and ends_with_run(key) else None
+        if kind in (TransitionKind.RESOLVED, TransitionKind.INACTIVE) and ended is not None and t >= ended:
+            tr.annotations = _ended_words(tr, key, labels)
         self.transitions.append(
             Transition(
                 rule=rule.name,
@@ -444,6 +457,17 @@ def evaluate(
         run.joins,
     )
     return Evaluation(now, state, tuple(run.transitions), run.errors)
+
+
+def _ended_words(tr: Track, key: SeriesKey, labels: Labels) -> tuple[tuple[str, str], ...]:
+    """An alert that ends because its run ended says so (unless its rule words its resolutions itself): its
+    condition may still hold on the last sample, so "back to" that value would be wrong."""
+    notes = dict(tr.annotations)
+    if RESOLVED_SUMMARY not in notes:
+        step = f" at step {tr.step}" if tr.step is not None else ""
+        run = dict(labels).get("run", "?")
+        notes[RESOLVED_SUMMARY] = f"run {run} ended; {key.metric} was {value_text(tr.value)}{step}"
+    return tuple(notes.items())
 
 
 def find_joins(ruleset: RuleSet, buffer: SeriesBuffer, tracks: Mapping[PairKey, Track]) -> dict[JoinKey, Join]:
