@@ -88,7 +88,7 @@ rules: [{name: nf, metric: loss, condition: nonfinite}]
         "pd": False,
         "og": False,
         "po": False,
-        "am": False,
+        "am": True,  # Alertmanager routes the reports by their `action` label
         "pd_too": True,
         "quiet_chat": False,
         "stop": False,

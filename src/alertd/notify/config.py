@@ -46,8 +46,8 @@ class Reporting(Strict):
 
     `reports`: the reports of the actions (kill, stop_file, wandb_stop, slurm: what was done, or why it was
     refused) go to the alert's receivers that take them. Default: every receiver but the paging ones
-    (webhook formats pagerduty, opsgenie and pushover, and the alertmanager notifier, whose Alertmanager
-    pages on its own), so that a pager gets one page per incident, not a second for the report.
+    (webhook formats pagerduty, opsgenie and pushover), so that a pager gets one page per incident, not a
+    second for the report. An Alertmanager takes them (its routes tell reports by their `action` label).
     """
 
     reports: bool | None = None
@@ -606,6 +606,4 @@ def takes_reports(cfg: NotifierConfig) -> bool:
         return False
     if cfg.reports is not None:
         return cfg.reports
-    if isinstance(cfg, AlertmanagerConfig):
-        return False
     return not (isinstance(cfg, WebhookConfig) and cfg.format in PAGING_FORMATS)

@@ -26,10 +26,12 @@ def alert_line(t: Transition) -> str:
     """One alert on one line: state, rule, metric, value, step, run, time and the summary if any.
 
     A resolved alert says its series is back (`RESOLVED grad_norm_exploding: train/grad_norm back to 1.1 at
-    step 9 ...`) and shows the rule's `resolved_summary` if it has one, never the firing summary."""
+    step 9 ...`), or shows the value it was left at and its `resolved_summary` where it has one (the rule's, or
+    alertd's "run X ended" for an alert its run's end closed), never the firing summary."""
     labels = dict(t.labels)
     firing = t.state in (TransitionKind.FIRING, TransitionKind.PENDING)
-    verb = "=" if firing else "back to"
+    notes = dict(t.annotations)
+    verb = "=" if firing or RESOLVED_SUMMARY in notes else "back to"  # its own words say why it resolved
     parts = [f"{t.state.value.upper()} {t.rule}: {labels.get('metric', '?')} {verb} {value_text(t.value)}"]
     if t.step is not None:
         parts.append(f"at step {t.step}")
@@ -37,7 +39,6 @@ def alert_line(t: Transition) -> str:
         parts.append(f"in run {labels['run']}")
     parts.append(f"({format_time(t.time)})")
     line = " ".join(parts)
-    notes = dict(t.annotations)
     summary = notes.get("summary") if firing else notes.get(RESOLVED_SUMMARY)
     return f"{line}: {summary}" if summary else line
 
