@@ -50,6 +50,15 @@ print("step=5 loss=nan", flush=True)
 while not got or time.time() < got[0] + 0.5:
     time.sleep(0.005)
 """
+FLOOD_LINES = int(os.environ.get("BENCH_FLOOD_LINES", "500000"))
+FLOOD_TRIALS = int(os.environ.get("BENCH_FLOOD_TRIALS", "5"))
+FLOOD = r"""
+import sys, time
+t0 = time.perf_counter()
+for i in range(int(sys.argv[1])):
+    print(f"line {i}")
+sys.stderr.write(f"{time.perf_counter() - t0!r}\n")
+"""
 ANCHOR = "while sleep 1; do tail -n 100 {log} | grep -q nan && {{ kill -INT {pid}; exit 0; }}; done"
 
 
@@ -89,6 +98,30 @@ def trial_anchor(tmp: Path, i: int) -> float:
     return _latency(out)
 
 
+def flood(tmp: Path, under_exec: bool) -> float:
+    """Seconds the child takes to print FLOOD_LINES short lines (unbuffered, as alertd exec starts it): under
+    alertd exec (its output copied to /dev/null and parsed), or bare into a pipe `cat` drains to /dev/null."""
+    child = [sys.executable, str(tmp / "flood.py"), str(FLOOD_LINES)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if under_exec:
+        cmd = [sys.executable, "-m", "alertd", "exec", "--rules", str(tmp / "rules.yaml"), "--state-dir"]
+        done = subprocess.run(
+            [*cmd, str(tmp / "flood-state"), "--", *child],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            timeout=600,
+            check=True,
+        )
+        took = [line for line in done.stderr.decode().splitlines() if not line.startswith("{")]
+        return float(took[-1])
+    with subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL) as cat:
+        done = subprocess.run(child, stdout=cat.stdin, stderr=subprocess.PIPE, env=env, timeout=600, check=True)
+        assert cat.stdin is not None
+        cat.stdin.close()
+    return float(done.stderr.decode().split()[-1])
+
+
 def _latency(out: Path) -> float:
     lines = [line.split() for line in out.read_text().splitlines()]
     sent = next(float(t) for what, t in lines if what == "sent")
@@ -105,6 +138,7 @@ def main() -> None:
         tmp = Path(d)
         (tmp / "rules.yaml").write_text(RULES)
         (tmp / "child.py").write_text(CHILD)
+        (tmp / "flood.py").write_text(FLOOD)
         os.environ.setdefault("PYTHONUNBUFFERED", "1")
         ours, again, anchor = [], [], []
         signals: list[int] = []
@@ -119,6 +153,16 @@ def main() -> None:
             f"alertd exec: loss=nan printed -> stop request (SIGINT) at the child: median {med * 1e3:.1f} ms, "
             f"p95 {_p95(ours) * 1e3:.1f} ms over {TRIALS} trials; anchor shell loop (grep every 1 s): median "
             f"{med_a * 1e3:.0f} ms, p95 {_p95(anchor) * 1e3:.0f} ms; ratio {med_a / med:.0f}x"
+        )
+        bare, ours_flood = [], []
+        for _ in range(FLOOD_TRIALS):
+            bare.append(flood(tmp, False))
+            ours_flood.append(flood(tmp, True))
+        med_b, med_f = statistics.median(bare), statistics.median(ours_flood)
+        print(
+            f"alertd exec: a child printing {FLOOD_LINES:,} short lines takes {med_f:.2f} s under exec (its output "
+            f"copied and parsed) against {med_b:.2f} s bare into a pipe (median of {FLOOD_TRIALS}); ratio "
+            f"{med_f / med_b:.2f}x (goal: at most 1.2x)"
         )
         print(
             f"alertd exec relaunched {TRIALS} times in one directory (one state): median {med_r * 1e3:.1f} ms, "

@@ -49,6 +49,7 @@ from alertd.notify.base import Notifier
 from alertd.notify.config import ACTION_TYPES, KillConfig, NotifierConfig, action_receivers, takes_reports
 from alertd.notify.registry import accepts, build_notifier
 from alertd.persist import Snapshot, StateStore
+from alertd.procfs import Procfs
 from alertd.rules.carry import carry_over, fingerprint, restored, rule_fingerprints
 from alertd.rules.evaluate import EvalState, Evaluation, PairKey, RuleSet, evaluate
 from alertd.runs import RunTracker, Writer
@@ -923,7 +924,11 @@ def _api_ended(task: asyncio.Task[None], service: Service) -> None:
     service.stop()
 
 
-EXEC_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+EXEC_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+"""Signals `alertd exec` takes for its child: forwarded (see `_forward_signals`), never its own end."""
+JOB_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+"""Signals a job's supervisor sends to every process of the job (Slurm's `scancel --signal=USR1 --full`): one
+from an ancestor of alertd reached the child too, and is not sent to it twice."""
 EXEC_DRAIN = 10.0
 """Seconds `alertd exec` waits, after its child exited, for the notifications of its end to go out."""
 _SI_KERNEL = 0x80
@@ -1049,12 +1054,19 @@ async def _exec_main(
 
 
 def _forward_signals(child: ChildRun) -> None:
-    """Take SIGINT, SIGTERM and SIGHUP (blocked everywhere else) and pass them on to the child."""
+    """Take SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 (blocked everywhere else) and pass them on to the
+    child, once: not a signal the terminal sent to the whole foreground process group (Ctrl-C), nor a
+    SIGUSR1/SIGUSR2 from one of alertd's own ancestors, which signals the whole job (Slurm's scancel
+    --signal=USR1 --full from slurmstepd, a shell's kill of the process group): the child has it already."""
+    procfs = Procfs()
     while child.status is None:
         info = signal.sigwaitinfo(EXEC_SIGNALS)
+        sig = signal.Signals(info.si_signo)
         if info.si_code == _SI_KERNEL:
             continue  # from the terminal, to the whole foreground process group: the child has it too
-        sig = signal.Signals(info.si_signo)
+        if sig in JOB_SIGNALS and info.si_pid in procfs.ancestors(os.getpid()):
+            log.info("alertd exec: %s from pid %d, which signals the whole job: not forwarded", sig.name, info.si_pid)
+            continue
         log.info("alertd exec: forwarding %s to pid %s", sig.name, child.pid)
         child.send(sig)
 

@@ -1,29 +1,39 @@
 """The trainer as alertd's own child (`alertd exec -- COMMAND ...`): output passed through and read.
 
-- The child is started with `posix_spawnp`: stdin is alertd's, stdout and stderr are pipes that two
-  threads copy to alertd's own stdout and stderr unchanged, byte for byte, as they arrive; the same
-  bytes are split into lines (`LineSplitter`, progress bars included) and parsed as a text log
-  (`LogStream`): `step=10 loss=nan` lines and HF's printed `{'loss': nan, ...}` dicts become samples,
-  fatal lines (a Python traceback, CUDA out of memory, an NCCL timeout) events.
-- Its signal mask and the dispositions of SIGINT, SIGTERM, SIGHUP, SIGPIPE and SIGXFSZ are the
-  defaults, whatever alertd blocks or ignores. `PYTHONUNBUFFERED=1` is set unless the environment
-  says otherwise, so a Python trainer's prints reach alertd when printed, not when a pipe buffer fills.
-- `wait()` reaps it and returns its status as subprocess does: the exit code, or -N for signal N.
+- The child's stdout and stderr are pipes to a small copy process (`alertd.childtee.TEE`), which copies
+  them to alertd's own stdout and stderr unchanged, byte for byte, as they arrive, and feeds a copy to
+  alertd: the child prints at the speed of a plain pipe whatever alertd's parsing costs (what waits for
+  the parsing is bounded; lines naming a NaN, an Inf or a crash are never dropped), and its output goes on
+  if alertd dies. Two threads here split the fed bytes into lines (`LineSplitter`, progress bars included)
+  and parse them as a text log (`LogStream`): `step=10 loss=nan` lines and HF's printed `{'loss': nan, ...}`
+  dicts become samples, fatal lines (a Python traceback, CUDA out of memory, an NCCL timeout) events.
+- The child is started through `alertd.childtee.WRAP`, which asks the kernel for SIGINT when alertd dies
+  (the polite stop) and then becomes the command, same pid: stdin is alertd's; its signal mask is empty
+  and SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGXFSZ, SIGUSR1 and SIGUSR2 have their default dispositions,
+  whatever alertd blocks or ignores. `PYTHONUNBUFFERED=1` is set unless the environment says otherwise, so
+  a Python trainer's prints reach alertd when printed, not when a pipe buffer fills.
+- `wait()` reaps it and returns its status as subprocess does: the exit code, or -N for signal N; then it
+  reads what the child printed last, until the copy ends or nothing more comes for `QUIET` seconds (a
+  background grandchild that keeps the output open does not keep alertd waiting: the copy goes on without
+  alertd).
 
 Nothing here knows the service: samples go to `on_samples` from the reader threads.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
+import select
+import shutil
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 
+from alertd.childtee import TEE, WRAP, read_frames
 from alertd.model import Sample
 from alertd.procfs import Procfs
 from alertd.sources.linetail import LineSplitter
@@ -32,7 +42,20 @@ from alertd.sources.textlog import LineParser, LogStream
 log = logging.getLogger(__name__)
 
 READ = 65536
-_DEFAULT_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ}
+QUIET = 0.5
+"""Seconds without output after the child exited before alertd stops reading (the copy goes on)."""
+DRAIN_MAX = 5.0
+"""Seconds alertd reads the child's last output at most after it exited."""
+_DEFAULT_SIGNALS = {
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+}
+_PYTHON = [sys.executable, "-I", "-S", "-c"]
 
 
 class ChildRun:
@@ -51,50 +74,72 @@ class ChildRun:
         env: dict[str, str] | None = None,
     ) -> None:
         self.argv = list(argv)
-        self.env = dict(env or {})
-        """Set in the child's environment over alertd's own."""
         self.run = run
         self.source = source
         self.on_samples = on_samples
         self.parser = parser or LineParser()
+        self.env = dict(env or {})
+        """Set in the child's environment over alertd's own."""
         self.pid: int | None = None
+        self.tee_pid: int | None = None
         self.start_ticks: int | None = None
         self.status: int | None = None
+        self.dropped: dict[str, int] = {}
+        """Bytes of each stream the copy dropped before alertd parsed them (it printed faster than alertd
+        parses; lines naming a NaN, an Inf or a crash were still parsed)."""
         self._out = (stdout_fd, stderr_fd)
-        self._pumps: list[threading.Thread] = []
+        self._readers: list[threading.Thread] = []
+        self._notes_reader: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._exited_at: float | None = None
         self.stream: LogStream | None = None
 
     def start(self) -> int:
-        """Start the child; return its pid. Raises OSError (FileNotFoundError: no such command)."""
-        r_out, w_out = os.pipe()
-        r_err, w_err = os.pipe()
+        """Start the copy and the child; return the child's pid. Raises OSError (FileNotFoundError: no such
+        command)."""
         env = {**os.environ, **self.env}
         env.setdefault("PYTHONUNBUFFERED", "1")
-        actions = [(os.POSIX_SPAWN_DUP2, w_out, 1), (os.POSIX_SPAWN_DUP2, w_err, 2)]
+        _check_command(self.argv[0], env.get("PATH", os.defpath))
+        pipes = [os.pipe() for _ in range(4)]  # child stdout, child stderr -> the copy; its feed, its notes
+        (out_r, out_w), (err_r, err_w), (feed_r, feed_w), (notes_r, notes_w) = pipes
         try:
-            pid = os.posix_spawnp(
-                self.argv[0], self.argv, env, file_actions=actions, setsigmask=(), setsigdef=_DEFAULT_SIGNALS
+            copy_fds = [
+                (out_r, 0),
+                (self._out[0], 1),
+                (self._out[1], 2),
+                (err_r, 3),
+                (feed_w, 4),
+                (notes_w, 6),
+            ]
+            copy = fd_actions(copy_fds)
+            self.tee_pid = os.posix_spawn(sys.executable, [*_PYTHON, TEE], os.environ, file_actions=copy)
+            child_fds = [(out_w, 1), (err_w, 2)]
+            pid = os.posix_spawn(
+                sys.executable,
+                [*_PYTHON, WRAP, str(os.getpid()), *self.argv],
+                env,
+                file_actions=fd_actions(child_fds),
+                setsigmask=(),
+                setsigdef=_DEFAULT_SIGNALS,
             )
-        except OSError:
-            for fd in (r_out, w_out, r_err, w_err):
+        finally:
+            for fd in (out_r, out_w, err_r, err_w, feed_w, notes_w):
                 os.close(fd)
-            raise
-        os.close(w_out)
-        os.close(w_err)
         self.pid = pid
         info = Procfs().read(pid)
         self.start_ticks = info.start_ticks if info is not None else None
         labels = {"source": self.source, "run": self.run, "host": socket.gethostname(), "pid": str(pid)}
         self.stream = LogStream(f"the output of {self.argv[0]} (pid {pid})", labels)
-        for src, dst, name in ((r_out, self._out[0], "stdout"), (r_err, self._out[1], "stderr")):
-            t = threading.Thread(target=self._pump, args=(src, dst), name=f"exec-{name}", daemon=True)
-            t.start()
-            self._pumps.append(t)
+        reader = threading.Thread(target=self._read, args=(feed_r,), name="exec-output", daemon=True)
+        reader.start()
+        self._readers.append(reader)
+        notes = threading.Thread(target=self._notes, args=(notes_r,), name="exec-notes", daemon=True)
+        notes.start()
+        self._notes_reader = notes
         return pid
 
     def wait(self) -> int:
-        """Block until the child exits and its output is copied; its status (-N: killed by signal N)."""
+        """Block until the child exits and its last output is read; its status (-N: killed by signal N)."""
         assert self.pid is not None
         while True:
             try:
@@ -103,8 +148,19 @@ class ChildRun:
             except InterruptedError:
                 continue
         self.status = os.waitstatus_to_exitcode(raw)
-        for t in self._pumps:
-            t.join(timeout=10)  # a grandchild may hold the pipes open: don't wait for it forever
+        self._exited_at = time.monotonic()
+        for t in self._readers:
+            t.join(timeout=DRAIN_MAX + 1.0)
+        if self._notes_reader is not None:  # the copy's last notes; it may live on (a grandchild's output)
+            self._notes_reader.join(timeout=0.2)
+        self._reap_copy()
+        for name, count in self.dropped.items():
+            log.warning(
+                "exec: %d bytes of the child's %s were not parsed: it printed faster than alertd parses "
+                "(all of it was copied; lines naming a NaN, an Inf or a crash were parsed)",
+                count,
+                name,
+            )
         return self.status
 
     def identity(self) -> tuple[int, int] | None:
@@ -125,31 +181,71 @@ class ChildRun:
 
     # output
 
-    def _pump(self, src: int, dst: int) -> None:
-        splitter = LineSplitter(bars=True)
-        pending = b""
-        writable = True
+    def _read(self, src: int) -> None:
+        """Parse what the copy feeds (both streams, in the order the copy read them) until it ends, or, once
+        the child exited, nothing comes for QUIET s (a grandchild's output goes on without us)."""
+        splitters = {1: LineSplitter(bars=True), 2: LineSplitter(bars=True)}
+        pending = {1: b"", 2: b""}
+        buf = bytearray()
+        poller = select.poll()
+        poller.register(src, select.POLLIN)
+        last = time.monotonic()
         try:
             while True:
+                exited = self._exited_at
+                now = time.monotonic()
+                if exited is not None and (now - last >= QUIET or now - exited >= DRAIN_MAX):
+                    break
+                if not poller.poll(100 if exited is None else 50):
+                    continue
                 try:
                     data = os.read(src, READ)
                 except InterruptedError:
                     continue
                 if not data:
                     break
-                if writable:
-                    writable = _write_all(dst, data)
-                pending += data
+                last = time.monotonic()
+                buf += data
                 lines: list[str] = []
-                pending = pending[splitter.split(pending, lines, final=False) :]
+                for stream, chunk in read_frames(buf):
+                    if stream not in pending:
+                        continue
+                    pending[stream] += chunk
+                    pending[stream] = pending[stream][splitters[stream].split(pending[stream], lines, final=False) :]
                 self._parse(lines)
             lines = []
-            splitter.split(pending, lines, final=True)
+            for stream, splitter in splitters.items():
+                splitter.split(pending[stream], lines, final=True)
             self._parse(lines)
-        except Exception:  # the copy must never take the child down with it
+        except Exception:  # the parsing must never take the child down with it
             log.exception("exec: reading the child's output failed")
         finally:
             os.close(src)
+
+    def _notes(self, src: int) -> None:
+        """What the copy tells: `dropped <stream> <bytes>` (the total so far)."""
+        try:
+            with os.fdopen(src, "rb", buffering=0) as f:
+                buf = b""
+                while True:
+                    data = f.read(4096)
+                    if not data:
+                        return
+                    buf += data
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        parts = line.split()
+                        if len(parts) == 3 and parts[0] == b"dropped" and parts[2].isdigit():
+                            name = parts[1].decode("ascii", "replace")
+                            if name not in self.dropped:
+                                log.warning(
+                                    "exec: the child prints faster than alertd parses its %s: some of it is "
+                                    "copied but not parsed (lines naming a NaN, an Inf or a crash still are)",
+                                    name,
+                                )
+                            self.dropped[name] = int(parts[2])
+        except Exception:
+            log.exception("exec: reading the copy's notes failed")
 
     def _parse(self, lines: list[str]) -> None:
         if not lines or self.stream is None:
@@ -160,18 +256,39 @@ class ChildRun:
         if samples:
             self.on_samples(samples)
 
-
-def _write_all(fd: int, data: bytes) -> bool:
-    """Write everything; False once the reader went away (the child's output is still read)."""
-    view = memoryview(data)
-    while view:
+    def _reap_copy(self) -> None:
+        """Reap the copy if it has ended (it goes on while a grandchild holds the output: not waited for)."""
+        if self.tee_pid is None:
+            return
         try:
-            n = os.write(fd, view)
-        except InterruptedError:
-            continue
-        except OSError as exc:
-            if exc.errno in (errno.EPIPE, errno.EBADF):
-                return False
-            raise
-        view = view[n:]
-    return True
+            pid, _ = os.waitpid(self.tee_pid, os.WNOHANG)
+        except ChildProcessError:
+            pid = self.tee_pid
+        if pid:
+            self.tee_pid = None
+
+
+def fd_actions(pairs: list[tuple[int, int]]) -> list[tuple[int, ...]]:
+    """posix_spawn file actions putting each fd at its target number: every source is first moved above the
+    targets (so no dup2 overwrites a source still to be used), then duplicated into place."""
+    high = max(max(a, b) for a, b in pairs) + 1
+    actions: list[tuple[int, ...]] = []
+    for i, (src, _) in enumerate(pairs):
+        actions.append((os.POSIX_SPAWN_DUP2, src, high + i))
+    for i, (_, dst) in enumerate(pairs):
+        actions.append((os.POSIX_SPAWN_DUP2, high + i, dst))
+    for i in range(len(pairs)):
+        actions.append((os.POSIX_SPAWN_CLOSE, high + i))
+    return actions
+
+
+def _check_command(command: str, path: str) -> None:
+    """FileNotFoundError / PermissionError, as posix_spawnp would raise, for a command that can't be run."""
+    if os.sep in command:
+        if not os.path.exists(command):
+            raise FileNotFoundError(2, "No such file or directory", command)
+        if not os.access(command, os.X_OK) or os.path.isdir(command):
+            raise PermissionError(13, "Permission denied", command)
+        return
+    if shutil.which(command, path=path) is None:
+        raise FileNotFoundError(2, "No such file or directory", command)
