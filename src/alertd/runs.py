@@ -326,10 +326,9 @@ class RunTracker:
         order: list[tuple[str, str]] = []
         index: dict[tuple[str, str], int] = {}
         skipped = False
-        for ident in dict.fromkeys(ids):
+        for ident, key in dict(zip(ids, keys, strict=True)).items():  # one id is one key object: in batch order
             hit = kinds.get(ident)
             if hit is None:
-                key = keys[ids.index(ident)]
                 hit = kinds[ident] = (key, _kind(key))
             kind = hit[1]
             if kind == _OTHER:

@@ -162,3 +162,20 @@ def test_history_read_at_start_up_never_stalls() -> None:
     assert runs.tick(10_001) == []
     runs.observe([s("loss", 10_000, 2)], now=10_000)  # it writes again: live
     assert derived(runs.tick(10_060)) == [("run.stalled", 10_060, 1.0, {})]
+
+
+def test_a_poll_of_100_000_series_is_taken_column_wise_with_the_loop_s_result() -> None:
+    """A storm of distinct series in one batch (a CSV header of 100,000 columns): the column-wise path takes
+    it (it was quadratic in the series) and leaves each run as the sample-by-sample loop does."""
+    keys = [SeriesKey(f"m{i}", make_labels({"source": "src", "run": f"r{i % 3}"})) for i in range(100_000)]
+    batch = [Sample(k, 1000.0 + (i % 7), i % 11, 1.0) for i, k in enumerate(keys)]
+    batch += [Sample(keys[i], 1010.0, 20 + i, 2.0) for i in range(0, 100_000, 997)]  # some series twice
+    fast, slow = RunTracker(stall_after=60), RunTracker(stall_after=60)
+    assert fast._observe_progress(batch, 1005.0)  # taken column-wise (it derives nothing: no gap, no marker)
+    for sample in batch:  # one at a time: below the column-wise path's threshold
+        assert slow.observe([sample], now=1005.0) == []
+    assert list(fast.runs) == list(slow.runs) == [("src", "r0"), ("src", "r1"), ("src", "r2")]
+    assert list(fast.runs.values()) == list(slow.runs.values())
+    assert fast._next_tick == slow._next_tick
+    last = max(20 + i for i in range(0, 100_000, 997) if i % 3 == 0)
+    assert (fast.runs[("src", "r0")].first_step, fast.runs[("src", "r0")].last_step) == (0, last)
