@@ -8,6 +8,11 @@ kept in `Document.problems` (the unset variable read as empty), so the file's ot
 Bounds, so a hostile file can't hang `alertd check` or a reload: at most MAX_BYTES are read, and the
 document may hold at most MAX_NODES nodes once its aliases are expanded (a 461-byte "billion laughs"
 expands to 387 million), counted on the node graph before anything walks it.
+
+Every YAML alertd reads goes through these bounds: the rules files (`load_yaml`, `parse_yaml`), and the
+data files of the sources (an MLflow file store's `meta.yaml`: `parse_data`, with bounds of their own, no
+`${VAR}` expansion, and a limit on the characters its scalars expand to, so an alias bomb is refused
+before anything, `str()` included, can expand it).
 """
 
 from __future__ import annotations
@@ -95,7 +100,7 @@ def parse_yaml(text: str, file: str, env: Mapping[str, str], *, keep_going: bool
         root = loader.get_single_node()
         problems: list[Problem] = []
         if root is not None:
-            _check_size(root, file)
+            _check_size(root, file, MAX_NODES)
             _expand(root, loader, env, file, problems, "", set())
         if problems and not keep_going:
             raise ConfigError(problems)
@@ -115,9 +120,35 @@ def parse_yaml(text: str, file: str, env: Mapping[str, str], *, keep_going: bool
     return Document(file, data, root, problems)
 
 
-def _check_size(root: yaml.Node, file: str) -> None:
-    """Refuse a document whose aliases expand it beyond MAX_NODES (each node's expanded size, memoised)."""
-    sizes: dict[int, int] = {}
+def parse_data(text: str, file: str, *, max_nodes: int, max_chars: int) -> Any:
+    """Plain YAML data (a source's file: no `${VAR}` expansion) within bounds: at most `max_nodes` values and
+    `max_chars` characters of scalars, both counted with the aliases expanded, before anything is built.
+    ConfigError (one problem, naming the bound passed, or saying what is wrong with the YAML)."""
+    loader: yaml.SafeLoader | None = None
+    try:
+        loader = yaml.SafeLoader(text)
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        _check_size(root, file, max_nodes, max_chars)
+        return loader.construct_document(root)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        message = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+        raise ConfigError([Problem(file, "", f"invalid YAML: {message}", mark.line + 1 if mark else None)]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([Problem(file, "", f"invalid YAML: {exc}")]) from None
+    except RecursionError:
+        raise ConfigError([Problem(file, "", "invalid YAML: nested too deeply")]) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _check_size(root: yaml.Node, file: str, max_nodes: int, max_chars: int | None = None) -> None:
+    """Refuse a document whose aliases expand it beyond `max_nodes` values (or `max_chars` characters of
+    scalars): each node's expanded size, memoised, so the check costs the node graph, not its expansion."""
+    sizes: dict[int, tuple[int, int]] = {}
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
@@ -128,12 +159,18 @@ def _check_size(root: yaml.Node, file: str) -> None:
             stack.append((node, True))
             stack.extend((c, False) for c in children if id(c) not in sizes)
             continue
-        size = 1 + sum(sizes.get(id(c), 0) for c in children)
-        if size > MAX_NODES:
-            line = node.start_mark.line + 1
-            message = f"the document expands to more than {MAX_NODES} values (aliases of aliases?)"
+        size, chars = 1, len(node.value) if isinstance(node, yaml.ScalarNode) else 0
+        for c in children:
+            n, k = sizes.get(id(c), (0, 0))
+            size, chars = size + n, chars + k
+        line = node.start_mark.line + 1
+        if size > max_nodes:
+            message = f"the document expands to more than {max_nodes} values (aliases of aliases?)"
             raise ConfigError([Problem(file, "", message, line)])
-        sizes[id(node)] = size
+        if max_chars is not None and chars > max_chars:
+            message = f"the document expands to more than {max_chars} characters (aliases of aliases?)"
+            raise ConfigError([Problem(file, "", message, line)])
+        sizes[id(node)] = (size, chars)
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

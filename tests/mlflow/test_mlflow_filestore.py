@@ -157,3 +157,56 @@ def test_experiments_are_chosen_by_id_or_name(file_client: Any, mlruns: Path) ->
 def test_a_store_not_there_yet_is_waited_for(tmp_path: Path) -> None:
     src = source(tmp_path / "later", runs="all")
     assert poll(src) == []
+
+
+LAUGHS = "".join(  # each line nine aliases of the one before: *h stands for 9**8 = 43 million strings
+    f"{name}: &{name} [{','.join([f'*{prev}'] * 9) if prev else ','.join(['lol'] * 9)}]\n"
+    for prev, name in zip(["", *"abcdefgh"], "abcdefghi", strict=True)
+)
+MERGES = "".join(  # merge keys (`<<`) copy their mapping: each level doubles it
+    f"k{i}: &k{i} {{<<: [*k{i - 1}, *k{i - 1}], x{i}: 1}}\n" if i else "k0: &k0 {a: 1}\n" for i in range(40)
+)
+WIDE = "s: &s " + "x" * 4000 + "\nl: [" + ",".join(["*s"] * 100) + "]\n"  # 4 kB said 100 times: 400 kB of text
+
+
+@pytest.mark.parametrize(
+    ("bomb", "limit"),
+    [
+        (LAUGHS + "run_name: *i\n", "more than 1000 values"),
+        (MERGES + "run_name: *k39\n", "more than 1000 values"),
+        (WIDE + "run_name: x\n", f"more than {64 << 10} characters"),
+    ],
+)
+def test_an_alias_bomb_in_a_meta_yaml_is_refused_unread_naming_the_limit(bomb: str, limit: str, tmp_path: Path) -> None:
+    from alertd.sources.mlflow.filestore import OverLimit, read_meta
+
+    path = tmp_path / "meta.yaml"
+    path.write_text("run_id: abc\nstatus: 1\n" + bomb)
+    assert len(path.read_bytes()) < 64 << 10
+    with pytest.raises(OverLimit, match=f"{limit}.*over the limit of a meta.yaml"):
+        read_meta(str(path))  # refused before anything is built: no MemoryError, no expansion at str()
+
+
+def test_a_store_with_a_bomb_for_a_meta_yaml_reads_its_other_runs_and_says_which_limit(
+    file_client: Any, mlruns: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    exp = file_client.create_experiment("exp-bomb")
+    good = file_client.create_run(exp, run_name="good").info.run_id
+    log_points(file_client, good, "loss", [1.0, NAN])
+    bomb = file_client.create_run(exp, run_name="bomb").info.run_id
+    log_points(file_client, bomb, "loss", [2.0])
+    meta = mlruns / exp / bomb / "meta.yaml"
+    meta.write_text(LAUGHS + meta.read_text().replace("run_name: bomb", "run_name: *h"))  # 2 kB
+    src = source(mlruns, runs="all")
+    with caplog.at_level(logging.WARNING):
+        out = poll(src)
+        again = poll(src)
+    assert same(points(out, "loss"), [(0, 1.0), (1, NAN)]) and {s.series.label("run") for s in out} == {good}
+    assert again == []
+    (cut,) = src.take_cuts()  # in the source's health: both polls met it, said once
+    assert f"{meta}: skipped: the document expands to more than 1000 values" in cut
+    assert "over the limit of a meta.yaml" in cut and str(meta) in caplog.text
+    assert caplog.text.count("over the limit of a meta.yaml") == 1  # logged once per version of the file
+    assert src.take_cuts() == []
+    meta.write_text(meta.read_text().replace(LAUGHS, "").replace("*h", "fixed"))  # mended: read from its start
+    assert same(points(poll(src), "loss", bomb), [(0, 2.0)])

@@ -81,6 +81,11 @@ class MlflowSource:
             raise self._error
         return await self.backend.poll(now)
 
+    def take_cuts(self) -> list[str]:
+        """What the backend's polls left out at a limit (`alertd.sources.limits`)."""
+        take = getattr(self.backend, "take_cuts", None)
+        return take() if take is not None else []
+
     async def aclose(self) -> None:
         """Release the backend's files or HTTP client."""
         if self.backend is not None:

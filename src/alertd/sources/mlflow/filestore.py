@@ -18,8 +18,12 @@ its `metrics/` walked for new keys and every metric file tailed with `LineTail` 
 read; the file is closed again after each read, so a sweep of many runs holds no descriptors). A run
 that has ended is read one last time, yields its end once, and is then only `stat`-ed; it is read again
 if its `meta.yaml` changes (a run resumed with `start_run(run_id=...)`), and a later, different end is
-reported again. `meta.yaml` is read up to 64 KiB with `yaml.safe_load`; as MLflow rewrites it in
-place, a half-written one is silently retried at the next poll and reported only when it stays bad.
+reported again. `meta.yaml` is read up to 64 KiB with alertd's bounded YAML loader (`alertd.yamlfile`: at
+most MAX_META_VALUES values and 64 Ki characters with its aliases expanded, so an alias bomb is refused
+before it is built); as MLflow rewrites it in place, a half-written one is silently retried at the next
+poll and reported only when it stays bad. One over a bound is reported at once, and at every poll that
+meets it in the source's health (`take_cuts`: `/api/v1/sources`, `alertd.source.up`); the store's other
+runs are read on. Names (`run_name`, the experiment's `name`) are taken only as text, at most 4 KiB.
 
 `runs: running` reads the runs that are RUNNING (or SCHEDULED) when first seen, all their history
 included, and each one's end; a run already ended when first seen is skipped, unless it started after
@@ -44,21 +48,23 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from alertd import progress
-from alertd.errors import SourceError
+from alertd.errors import ConfigError, SourceError
 from alertd.model import Sample
 from alertd.sources.config import MlflowConfig
 from alertd.sources.fileopen import open_regular
+from alertd.sources.limits import Cuts
 from alertd.sources.linetail import LineTail
 from alertd.sources.mlflow.labels import RunLabels, SeriesKeys
 from alertd.sources.mlflow.values import TERMINAL, ms_to_s, parse_value, status_name
+from alertd.yamlfile import parse_data
 
 log = logging.getLogger(__name__)
 
 MAX_META = 64 << 10
 """The largest `meta.yaml` read (MLflow's are a few hundred bytes)."""
+MAX_META_VALUES = 1000
+"""The most YAML values a `meta.yaml` may hold, its aliases expanded (MLflow writes about 15, and no alias)."""
 _MAX_NAME_TAG = 4 << 10
 _ROOT_SKIP = frozenset({"models"})
 _EXPERIMENT_SKIP = frozenset({"tags", "datasets", "traces", "models"})
@@ -68,6 +74,10 @@ _SETTLE = 2.0
 _ACTIVE = frozenset({"RUNNING", "SCHEDULED"})
 RECENT = 60.0
 """`runs: running` also reads an ended run that started at most this long before the first poll, or after."""
+
+
+class OverLimit(ValueError):
+    """A `meta.yaml` over one of the bounds of its reading (its size, its values or characters expanded)."""
 
 
 class BadLine(ValueError):
@@ -95,18 +105,35 @@ def parse_line(line: str) -> tuple[int, float, int]:
 
 
 def read_meta(path: str) -> dict[str, Any]:
-    """A `meta.yaml` as a dict (at most MAX_META bytes); ValueError when it is not one."""
+    """A `meta.yaml` as a dict (at most MAX_META bytes, MAX_META_VALUES values); OverLimit past a bound,
+    ValueError when it is not one."""
     with open_regular(path) as f:
         data = f.read(MAX_META + 1)
     if len(data) > MAX_META:
-        raise ValueError(f"larger than {MAX_META} bytes")
+        raise OverLimit(f"larger than {MAX_META} bytes (the limit of a meta.yaml)")
     try:
-        meta = yaml.safe_load(data)
-    except (yaml.YAMLError, RecursionError) as exc:
-        raise ValueError(f"not YAML ({type(exc).__name__})") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    try:
+        meta = parse_data(text, path, max_nodes=MAX_META_VALUES, max_chars=MAX_META)
+    except ConfigError as exc:
+        problem = exc.problems[0]
+        if "expands to more than" in problem.message:
+            raise OverLimit(f"{problem.message}: over the limit of a meta.yaml; refused unread") from None
+        raise ValueError(problem.message) from None
     if not isinstance(meta, dict):
         raise ValueError("not a mapping")
     return meta
+
+
+def text_of(value: object, limit: int = _MAX_NAME_TAG) -> str:
+    """A name from YAML data: a string or a number as text (at most `limit` characters), anything else ""."""
+    if isinstance(value, str):
+        return value[:limit]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)[:limit]
+    return ""
 
 
 def file_root(uri: str) -> str:
@@ -180,6 +207,7 @@ class FileStoreSource:
         """The first poll's time (epoch s)."""
         self._lock = threading.Lock()
         """Held by a poll (in its worker thread), `cursor()`, `restore()` and `aclose()`."""
+        self.cuts = Cuts()
 
     def __repr__(self) -> str:
         return f"FileStoreSource(name={self.name!r}, root={self.root!r})"
@@ -237,13 +265,16 @@ class FileStoreSource:
             return exp
         try:
             meta = read_meta(path)
+        except OverLimit as exc:
+            self._over_limit(path, st, exc)
+            return exp
         except (OSError, ValueError):
             return exp  # not an experiment, or being written: looked at again next poll
-        if str(meta.get("experiment_id", "")) != dirname:
+        if text_of(meta.get("experiment_id", "")) != dirname:
             return exp
         exp = self._experiments[dirname] = _Experiment(
             dirname,
-            name=str(meta.get("name") or ""),
+            name=text_of(meta.get("name")),
             active=meta.get("lifecycle_stage", "active") == "active",
             sig=_sig(st),
         )
@@ -298,8 +329,8 @@ class FileStoreSource:
         """Read a run's meta.yaml into `self._runs`; None when it can't be read (yet)."""
         try:
             meta = read_meta(path)
-            if str(meta.get("run_id", "")) != run_id:
-                raise ValueError(f"its run_id is {str(meta.get('run_id'))[:40]!r}, not its directory's name")
+            if text_of(meta.get("run_id", "")) != run_id:
+                raise ValueError(f"its run_id is {text_of(meta.get('run_id'))[:40]!r}, not its directory's name")
             status = status_name(meta.get("status", 1))
             if status is None:
                 raise ValueError(f"unknown status {str(meta.get('status'))[:40]!r}")
@@ -308,6 +339,9 @@ class FileStoreSource:
                 raise ValueError(f"end_time is not an integer: {str(end_time)[:40]!r}")
         except OSError:
             return None  # gone since the stat: looked at again next poll
+        except OverLimit as exc:  # refused unread, at every poll that meets it (it is never half-written)
+            self._over_limit(path, st, exc)
+            return None
         except ValueError as exc:
             # MLflow rewrites meta.yaml in place: a fresh one may be half-written. Report it once it is
             # older than _SETTLE seconds, once per version of the file.
@@ -316,7 +350,7 @@ class FileStoreSource:
                 self._bad_meta[path] = _sig(st)
             return None
         self._bad_meta.pop(path, None)
-        name = str(meta.get("run_name") or "") or self._run_name_tag(os.path.dirname(path))
+        name = text_of(meta.get("run_name")) or self._run_name_tag(os.path.dirname(path))
         labels = RunLabels(run_id, name, exp.name)
         run = self._runs.get(run_id)
         if run is None:
@@ -329,6 +363,18 @@ class FileStoreSource:
         run.deleted = meta.get("lifecycle_stage", "active") != "active"
         run.done = False
         return run
+
+    def _over_limit(self, path: str, st: os.stat_result, exc: OverLimit) -> None:
+        """A meta.yaml over a bound: logged once per version of the file, in the source's health at each poll."""
+        message = f"mlflow source {self.name}: {path}: skipped: {exc}"
+        self.cuts.add(message)
+        if self._bad_meta.get(path) != _sig(st):
+            log.warning("%s", message, extra={"source": self.name})
+            self._bad_meta[path] = _sig(st)
+
+    def take_cuts(self) -> list[str]:
+        """What the polls since the last call left out at a limit (`alertd.sources.limits`)."""
+        return self.cuts.take()
 
     def _recent(self, meta: dict[str, Any]) -> bool:
         """Whether a run started after the first poll (less RECENT seconds)."""
