@@ -196,6 +196,9 @@ def format_value(value: float) -> str | float:
 
 RESOLVED_SUMMARY = "resolved_summary"
 """The annotation a rule may give for the words of its resolved notifications (`{{ metric }} back to {{ value }}`)."""
+RUN_ENDED = "run_ended"
+"""The annotation the engine gives an alert that its run's end resolved (`run r1 ended; loss was NaN at step 9`):
+said instead of "back to" (the condition may still hold on the last sample); not shown as an annotation."""
 
 
 def value_text(value: float) -> str:
@@ -207,6 +210,9 @@ def value_text(value: float) -> str:
 def resolved_text(t: Transition) -> str:
     """What a resolved alert says by default: `train/grad_norm back to 1.1 at step 9` (never the firing words,
     which rendered at the resolution's value would claim the condition still holds)."""
+    ended = dict(t.annotations).get(RUN_ENDED)
+    if ended:
+        return ended
     metric = dict(t.labels).get("metric", "the series")
     return f"{metric} back to {value_text(t.value)}" + (f" at step {t.step}" if t.step is not None else "")
 
@@ -216,6 +222,7 @@ def shown_annotations(t: Transition) -> dict[str, str]:
     `resolved_summary`); once resolved, `summary` says so: the rule's `resolved_summary`, else `resolved_text`."""
     notes = dict(t.annotations)
     resolved = notes.pop(RESOLVED_SUMMARY, None)
+    notes.pop(RUN_ENDED, None)
     if t.state not in (TransitionKind.FIRING, TransitionKind.PENDING) and ("summary" in notes or resolved):
         notes["summary"] = resolved or resolved_text(t)
     return notes

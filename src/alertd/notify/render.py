@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import logging
 
-from alertd.model import RESOLVED_SUMMARY, Notification, Transition, TransitionKind, format_time, value_text
+from alertd.model import (
+    RESOLVED_SUMMARY,
+    RUN_ENDED,
+    Notification,
+    Transition,
+    TransitionKind,
+    format_time,
+    value_text,
+)
 from alertd.notify.template_data import compile_notifier_template, template_data
 from alertd.rules.template_env import RenderError
 
@@ -26,12 +34,12 @@ def alert_line(t: Transition) -> str:
     """One alert on one line: state, rule, metric, value, step, run, time and the summary if any.
 
     A resolved alert says its series is back (`RESOLVED grad_norm_exploding: train/grad_norm back to 1.1 at
-    step 9 ...`), or shows the value it was left at and its `resolved_summary` where it has one (the rule's, or
-    alertd's "run X ended" for an alert its run's end closed), never the firing summary."""
+    step 9 ...`) and shows the rule's `resolved_summary` if it has one, never the firing summary; an alert its
+    run's end closed shows the value it was left at and says the run ended."""
     labels = dict(t.labels)
     firing = t.state in (TransitionKind.FIRING, TransitionKind.PENDING)
     notes = dict(t.annotations)
-    verb = "=" if firing or RESOLVED_SUMMARY in notes else "back to"  # its own words say why it resolved
+    verb = "=" if firing or RUN_ENDED in notes else "back to"  # an alert its run's end closed: it may still hold
     parts = [f"{t.state.value.upper()} {t.rule}: {labels.get('metric', '?')} {verb} {value_text(t.value)}"]
     if t.step is not None:
         parts.append(f"at step {t.step}")
@@ -39,7 +47,7 @@ def alert_line(t: Transition) -> str:
         parts.append(f"in run {labels['run']}")
     parts.append(f"({format_time(t.time)})")
     line = " ".join(parts)
-    summary = notes.get("summary") if firing else notes.get(RESOLVED_SUMMARY)
+    summary = notes.get("summary") if firing else notes.get(RESOLVED_SUMMARY) or notes.get(RUN_ENDED)
     return f"{line}: {summary}" if summary else line
 
 

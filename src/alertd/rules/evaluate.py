@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from alertd.buffer import Series, SeriesBuffer
 from alertd.model import (
-    RESOLVED_SUMMARY,
+    RUN_ENDED,
     Alert,
     AlertState,
     Labels,
@@ -460,13 +460,12 @@ def evaluate(
 
 
 def _ended_words(tr: Track, key: SeriesKey, labels: Labels) -> tuple[tuple[str, str], ...]:
-    """An alert that ends because its run ended says so (unless its rule words its resolutions itself): its
-    condition may still hold on the last sample, so "back to" that value would be wrong."""
+    """An alert that ends because its run ended says so (`RUN_ENDED`; a rule's own `resolved_summary` still
+    goes first): its condition may still hold on the last sample, so "back to" that value would be wrong."""
     notes = dict(tr.annotations)
-    if RESOLVED_SUMMARY not in notes:
-        step = f" at step {tr.step}" if tr.step is not None else ""
-        run = dict(labels).get("run", "?")
-        notes[RESOLVED_SUMMARY] = f"run {run} ended; {key.metric} was {value_text(tr.value)}{step}"
+    step = f" at step {tr.step}" if tr.step is not None else ""
+    run = dict(labels).get("run", "?")
+    notes[RUN_ENDED] = f"run {run} ended; {key.metric} was {value_text(tr.value)}{step}"
     return tuple(notes.items())
 
 
