@@ -202,6 +202,7 @@ class Service:
             inhibit_rules=[r.to_rule() for r in config.inhibit_rules],
             silences=self.silences,
             immediate=action_receivers(config.notifiers),
+            max_notifications=config.max_notifications_per_flush,
         )
         self._restore()
         self.save_state()  # at once: a crash in the first seconds must not read everything again
@@ -301,6 +302,7 @@ class Service:
             inhibit_rules=[r.to_rule() for r in new.inhibit_rules],
             notifiers=self.notifiers,
             immediate=action_receivers(new.notifiers),
+            max_notifications=new.max_notifications_per_flush,
         )
 
     def _drop_source(self, name: str) -> None:

@@ -291,6 +291,9 @@ class DeliveryConfig(Strict):
 
     max_retry_after: Duration = Field(default=300.0, gt=0)
     """The longest a receiver's Retry-After (a 429 or 503) may hold a notification."""
+    max_notifications_per_flush: int = Field(default=10, ge=0)
+    """Notifications one receiver is sent at once at most: more groups due together (a storm) go to it as one
+    notification (`alertd.dispatch.plan`); 0: no bound."""
 
 
 class ExportConfig(Strict):
@@ -353,6 +356,7 @@ class Config:
     rule_configs: Mapping[str, RuleConfig] = field(default_factory=dict)
     stall_after: float = 600.0
     max_retry_after: float = 300.0
+    max_notifications_per_flush: int = 10
     export: ExportConfig = field(default_factory=ExportConfig)
     rule_files: Mapping[str, str] = field(default_factory=dict)
     """The file each rule was read from, by rule name."""
@@ -513,6 +517,7 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
         rule_configs={name: r for name, (_, _, r) in rules.items()},
         stall_after=runs.stall_after,
         max_retry_after=delivery.max_retry_after,
+        max_notifications_per_flush=delivery.max_notifications_per_flush,
         export=export,
         rule_files={name: file for name, (file, _, _) in rules.items()},
         warnings=tuple(warnings),

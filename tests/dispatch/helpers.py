@@ -72,6 +72,7 @@ class Table:
     alerts: dict[str, Alert] = field(default_factory=dict)
     last: Plan | None = None
     immediate: frozenset[str] = frozenset()
+    max_notifications: int = 0
 
     def step(self, now: float, *transitions: Transition) -> list[tuple[str, str, tuple[str, ...]]]:
         """Feed the transitions at `now`; return the notifications planned, described."""
@@ -100,6 +101,7 @@ class Table:
             silences=self.silences,
             now=now,
             immediate=self.immediate,
+            max_notifications=self.max_notifications,
         )
         self.state = self.last.state
         return sorted(describe(n) for n in self.last.notifications)

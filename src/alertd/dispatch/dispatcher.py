@@ -53,8 +53,11 @@ class Dispatcher:
         rng: random.Random | None = None,
         max_retry_after: float = MAX_RETRY_AFTER,
         immediate: frozenset[str] = frozenset(),
+        max_notifications: int = 0,
     ) -> None:
         self.route = route
+        self.max_notifications = max_notifications
+        """Notifications one planning call sends one receiver before they go as one (0: no bound)."""
         self.immediate = immediate
         """Receivers told of each firing at once and alone (the actions; see `alertd.dispatch.plan`)."""
         self.inhibit_rules = tuple(inhibit_rules)
@@ -106,6 +109,7 @@ class Dispatcher:
                 silences=silences,
                 now=now,
                 immediate=self.immediate,
+                max_notifications=self.max_notifications,
             )
             notes += result.notifications
             muted += result.suppressed
@@ -141,11 +145,14 @@ class Dispatcher:
         inhibit_rules: Sequence[InhibitRule] = (),
         notifiers: Mapping[str, Notifier] | None = None,
         immediate: frozenset[str] | None = None,
+        max_notifications: int | None = None,
     ) -> None:
         """Use a reloaded configuration; open groups keep the route they were made with until flushed."""
         self.route = route
         if immediate is not None:
             self.immediate = immediate
+        if max_notifications is not None:
+            self.max_notifications = max_notifications
         self.inhibit_rules = tuple(inhibit_rules)
         if notifiers is not None:
             self.delivery.notifiers = dict(notifiers)

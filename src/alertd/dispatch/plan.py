@@ -12,6 +12,13 @@ At each flush, per receiver, `DedupStage.needsUpdate` decides: send when a firin
 notification log, when all alerts resolved after firing ones were sent, when resolved alerts are new and
 `send_resolved` is on, or when `repeat_interval` has passed since the last send.
 
+A storm is one notification: when one planning call has more than `max_notifications` notifications for
+one receiver (many groups due at once: a NaN in thousands of series grouped by a label each has), they go
+to it as one notification, which holds all their alerts (the smallest groups first), with the labels the
+groups share as its group labels and `{storm}:{...}` of those labels as its group key. Each group's
+notification-log entry is kept as if it had gone alone, so repeats and resolutions follow each group's own
+timers (and are merged again when they fall due together). 0: no bound.
+
 Receivers named `immediate` (the actions: kill, stop_file, wandb_stop, slurm) are not grouped: each alert
 that turns FIRING is handed to each of them at once, alone, in the planning call that saw the transition
 (after silences, inhibitions and the route's mute intervals, as for everyone), and never again: no
@@ -29,6 +36,12 @@ from alertd.dispatch.codec import group_from_json, group_to_json
 from alertd.dispatch.matchers import Silence, alert_label_map
 from alertd.dispatch.routes import InhibitRule, Route, bypass_route
 from alertd.model import Alert, AlertState, Labels, Notification, Transition, TransitionKind, legacy_fingerprint
+
+MAX_NOTIFICATIONS = 10
+"""Notifications one planning call sends one receiver at most before they go as one (`delivery:
+max_notifications_per_flush`)."""
+STORM_KEY = "{storm}"
+"""The route part of the group key of the notification a storm's groups go as."""
 
 LogKey = tuple[str, str]
 """(group key, receiver): one notification-log entry."""
@@ -103,18 +116,18 @@ def plan(
     silences: Sequence[Silence] = (),
     now: float,
     immediate: frozenset[str] = frozenset(),
+    max_notifications: int = 0,
 ) -> Plan:
     """Plan the notifications due at `now`.
 
     `alerts` is the engine's current pending/firing alerts; when given, firing alerts no group holds
     (after a restart) are added, and alerts that vanished from it without a transition count as resolved.
     `immediate`: the receivers that get each new firing alone and at once (see the module docstring).
+    `max_notifications`: beyond this many for one receiver, the grouped notifications go as one (0: no bound).
     """
     groups = dict(state.groups)
-    unrouted: list[Suppressed] = []
-    for t in transitions:
-        if t.state in (TransitionKind.FIRING, TransitionKind.RESOLVED):
-            unrouted += _insert(groups, t, route, now)
+    changes = (t for t in transitions if t.state in (TransitionKind.FIRING, TransitionKind.RESOLVED))
+    unrouted: list[Suppressed] = _insert(groups, changes, route, now)
     if alerts is not None:
         _reconcile(groups, alerts, route, now)
     sources = _firing_sources(groups, alerts)
@@ -127,12 +140,13 @@ def plan(
         notes, supp = _immediate(transitions, route, immediate, sources, inhibit_rules, active, now)
         sent += notes
         muted += supp
+    grouped: list[Notification] = []
     for key in sorted(groups):
         group = groups[key]
         if group.next_flush > now:
             continue
         notes, supp, entries = _flush(group, log, sources, inhibit_rules, active, now, immediate)
-        sent += notes
+        grouped += notes
         muted += supp
         updates.update(entries)
         log.update(entries)
@@ -141,8 +155,33 @@ def plan(
             groups[key] = replace(group, alerts=rest, next_flush=now + group.route.group_interval)
         else:
             del groups[key]
+    sent += _storms_merged(grouped, max_notifications, now) if max_notifications else grouped
     next_run = min((g.next_flush for g in groups.values()), default=None)
     return Plan(tuple(sent), tuple(muted), PlanState(groups, log), updates, next_run)
+
+
+def _storms_merged(notes: Sequence[Notification], most: int, now: float) -> list[Notification]:
+    """The notifications, those of a receiver that has more than `most` as one (see the module docstring)."""
+    by_receiver: dict[str, list[Notification]] = {}
+    for n in notes:
+        by_receiver.setdefault(n.receiver, []).append(n)
+    out: list[Notification] = []
+    for receiver, mine in by_receiver.items():
+        if len(mine) <= most:
+            out += mine
+            continue
+        mine = sorted(mine, key=lambda n: (len(n.alerts), n.group_key))  # a lone alert is not lost in the storm
+        shared = set(mine[0].group_labels)
+        for n in mine[1:]:
+            shared &= set(n.group_labels)
+        labels: Labels = tuple(sorted(shared))
+        alerts = tuple(t for n in mine for t in n.alerts)
+        alerts = tuple(sorted(alerts, key=lambda t: t.state is not TransitionKind.FIRING))  # stable: groups kept
+        status = "firing" if any(n.status == "firing" for n in mine) else "resolved"
+        gkey = STORM_KEY + ":{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+        key = idempotency_key(receiver, gkey, status, alerts)
+        out.append(Notification(receiver, gkey, labels, status, alerts, key, now))
+    return out
 
 
 def group_json(group: Group) -> str:
@@ -171,8 +210,7 @@ def restore_groups(saved: Mapping[str, str], root: Route) -> dict[str, Group]:
         if route is not None:
             groups[key] = Group(key, route, labels, alerts, next_flush)
             continue
-        for t in alerts.values():
-            _insert(groups, t, root, next_flush)
+        _insert(groups, alerts.values(), root, next_flush)
     return groups
 
 
@@ -201,22 +239,33 @@ def _routes_for(t: Transition, labels: Mapping[str, str], root: Route) -> list[R
     return [r for r in root.match(labels) if r.receivers]
 
 
-def _insert(groups: dict[str, Group], t: Transition, root: Route, now: float) -> list[Suppressed]:
-    labels = alert_label_map(t.rule, t.labels, t.severity)
-    routes = _routes_for(t, labels, root)
-    if not routes:
-        return [Suppressed(t.fingerprint, t.rule, t.labels, "", "unrouted")] if _firing(t) else []
-    fp = t.fingerprint
-    for r in routes:
-        glabels = r.group_labels(labels)
-        key = group_key(r, glabels)
-        group = groups.get(key)
-        if group is None:
-            # A resolution may open a group too: the flush tells receivers that were sent it firing.
-            flush = now if t.time + r.group_wait <= now else now + r.group_wait
-            group = Group(key, r, glabels, {}, flush)
-        groups[key] = replace(group, alerts={**group.alerts, fp: t})
-    return []
+def _insert(groups: dict[str, Group], transitions: Iterable[Transition], root: Route, now: float) -> list[Suppressed]:
+    """Put each transition in the groups of its routes, in order (a group's alerts copied once, however many
+    join it: a storm of thousands is linear); the firing ones no route takes are returned as unrouted."""
+    unrouted: list[Suppressed] = []
+    joined: dict[str, tuple[Group, dict[str, Transition]]] = {}
+    for t in transitions:
+        labels = alert_label_map(t.rule, t.labels, t.severity)
+        routes = _routes_for(t, labels, root)
+        if not routes:
+            if _firing(t):
+                unrouted.append(Suppressed(t.fingerprint, t.rule, t.labels, "", "unrouted"))
+            continue
+        for r in routes:
+            glabels = r.group_labels(labels)
+            key = group_key(r, glabels)
+            entry = joined.get(key)
+            if entry is None:
+                group = groups.get(key)
+                if group is None:
+                    # A resolution may open a group too: the flush tells receivers that were sent it firing.
+                    flush = now if t.time + r.group_wait <= now else now + r.group_wait
+                    group = Group(key, r, glabels, {}, flush)
+                entry = joined[key] = (group, dict(group.alerts))
+            entry[1][t.fingerprint] = t
+    for key, (group, alerts) in joined.items():
+        groups[key] = replace(group, alerts=alerts)
+    return unrouted
 
 
 def _firing(t: Transition) -> bool:
@@ -235,9 +284,8 @@ def _reconcile(groups: dict[str, Group], alerts: Mapping[str, Alert], root: Rout
         if gone:
             groups[key] = replace(group, alerts={**group.alerts, **gone})
         held.update(fp for fp, t in group.alerts.items() if t.state is TransitionKind.FIRING)
-    for fp, a in firing.items():
-        if fp not in held:
-            _insert(groups, transition_of(a), root, now)  # unrouted ones were reported when they fired
+    # unrouted ones were reported when they fired
+    _insert(groups, (transition_of(a) for fp, a in firing.items() if fp not in held), root, now)
 
 
 def _resolved_now(t: Transition, now: float) -> Transition:
