@@ -52,11 +52,11 @@ from typing import Any
 
 from alertd.integrations import finite
 from alertd.integrations.ledger import SCHEDULE, STOP, Ledger
+from alertd.integrations.patches import Patches
 from alertd.integrations.recorder import GRAD_NORM, LOSS, RunRecorder
 from alertd.integrations.stop import DEFAULT_SIGNALS
 
 log = logging.getLogger("alertd.integrations")
-_MISSING = object()
 
 
 def _lightning_callback() -> Any:
@@ -101,7 +101,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         self._fitting = False
         self._stopping = False
         self._ledger = Ledger(".", "lightning", write=False)
-        self._patches: list[tuple[object, str, object, object]] = []
+        self._patches = Patches()
         self._finite_at: int | None = None  # the global step whose weights `_finite` tells about
         self._finite = True
         self._recording = 0  # > 0 inside a wrapped save of a ModelCheckpoint
@@ -129,13 +129,13 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         self._reset(None)
         self.recorder.start(trainer.default_root_dir, trainer.global_step)
         self._ledger = Ledger(trainer.default_root_dir, "lightning", write=bool(trainer.is_global_zero))
-        self._unpatch()
+        self._patches.restore()
         for callback in getattr(trainer, "checkpoint_callbacks", ()):
             self._guard(trainer, callback)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Put the ModelCheckpoints' methods back (after an exception they stay guarded until the next fit)."""
-        self._unpatch()
+        self._patches.restore()
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         """Remember the step this batch trains for (micro-batches of one step share it)."""
@@ -243,9 +243,9 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
                 self._ledger.saved(trainer.global_step, os.fspath(filepath), SCHEDULE)
             return result
 
-        self._set(checkpoint, "_save_topk_checkpoint", guarded_topk)
-        self._set(checkpoint, "_save_last_checkpoint", guarded_last)
-        self._set(checkpoint, "_save_checkpoint", recording_save)
+        self._patches.set(checkpoint, "_save_topk_checkpoint", guarded_topk)
+        self._patches.set(checkpoint, "_save_last_checkpoint", guarded_last)
+        self._patches.set(checkpoint, "_save_checkpoint", recording_save)
 
     def _recorded(self, method: Callable[..., Any], *args: Any) -> Any:
         self._recording += 1
@@ -253,21 +253,6 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
             return method(*args)
         finally:
             self._recording -= 1
-
-    def _set(self, obj: object, name: str, value: Callable[..., Any]) -> None:
-        previous = vars(obj).get(name, _MISSING)
-        setattr(obj, name, value)
-        self._patches.append((obj, name, previous, value))
-
-    def _unpatch(self) -> None:
-        while self._patches:
-            obj, name, previous, value = self._patches.pop()
-            if vars(obj).get(name) is not value:
-                continue  # replaced by someone else since: theirs now
-            if previous is _MISSING:
-                delattr(obj, name)
-            else:
-                setattr(obj, name, previous)
 
     def _checkpoint_dir(self, trainer: Any) -> str:
         if self.checkpoint_dir:

@@ -54,16 +54,16 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from alertd.integrations import finite
 from alertd.integrations.ledger import SCHEDULE, STOP, Ledger
+from alertd.integrations.patches import Patches
 from alertd.integrations.recorder import GRAD_NORM, LOSS, RunRecorder
 from alertd.integrations.stop import DEFAULT_SIGNALS
 
 log = logging.getLogger("alertd.integrations")
-_MISSING = object()
 
 
 def _trainer_callback() -> Any:
@@ -98,7 +98,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
                 "(pip install transformers)"
             )
         self.recorder = RunRecorder(samples_path, stop_file, run, signals)
-        self._patches: list[tuple[object, str, object, object]] = []
+        self._patches = Patches()
         self._trainer: Any = None
         self._ledger = Ledger(".", "hf", write=False)
         self._loss: Any = None
@@ -116,7 +116,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Open the samples file, write `run.started`, listen for a stop, wrap the Trainer's methods."""
-        self._unpatch()
+        self._patches.restore()
         self._loss = self._grad_norm = None
         self._reset_run()
         output_dir = args.output_dir or "."
@@ -174,7 +174,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
             reason, self._pending_stop = self._pending_stop, None
             not_saved = f"the Trainer saved no checkpoint (save_strategy={args.save_strategy})"
             self.recorder.stopped(self._stop_step, reason, self._ledger.last_good(), saved=False, not_saved=not_saved)
-        self._unpatch()
+        self._patches.restore()
         self._trainer = None
         self.recorder.finish(state.global_step)
 
@@ -205,7 +205,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
                 self._loss = loss if self._loss is None else self._loss + loss
             return loss
 
-        self._set(trainer, "training_step", recording_training_step)
+        self._patches.set(trainer, "training_step", recording_training_step)
         self._guard_saves(trainer)
         accelerator = getattr(trainer, "accelerator", None)
         clip = getattr(accelerator, "clip_grad_norm_", None)
@@ -219,7 +219,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
                 self._grad_norm = norm
             return norm
 
-        self._set(accelerator, "clip_grad_norm_", recording_clip_grad_norm_)
+        self._patches.set(accelerator, "clip_grad_norm_", recording_clip_grad_norm_)
 
     def _guard_saves(self, trainer: Any) -> None:
         """Wrap `trainer._save_checkpoint` (the save and the rotation) to veto a save of weights that are not finite,
@@ -252,26 +252,11 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
                 return control
             return on_save(args, state, control, **kwargs)
 
-        self._set(trainer, "_save_checkpoint", guarded_save_checkpoint)
-        self._set(handler, "on_save", on_save_unless_vetoed)
-
-    def _set(self, obj: object, name: str, value: Callable[..., Any]) -> None:
-        previous = vars(obj).get(name, _MISSING)
-        setattr(obj, name, value)
-        self._patches.append((obj, name, previous, value))
-
-    def _unpatch(self) -> None:
-        while self._patches:
-            obj, name, previous, value = self._patches.pop()
-            if vars(obj).get(name) is not value:
-                continue  # replaced by someone else since: theirs now
-            if previous is _MISSING:
-                delattr(obj, name)
-            else:
-                setattr(obj, name, previous)
+        self._patches.set(trainer, "_save_checkpoint", guarded_save_checkpoint)
+        self._patches.set(handler, "on_save", on_save_unless_vetoed)
 
     def _crashed(self, exception: str, step: int) -> None:
-        self._unpatch()
+        self._patches.restore()
         self.recorder.crash(exception, step)
 
 
