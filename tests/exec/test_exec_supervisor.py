@@ -17,20 +17,7 @@ RULES = """
 notifiers: {console: {type: log}}
 rules: [{name: loss_not_finite, metric: ["*loss"], condition: nonfinite, severity: critical}]
 """
-USR1_CHILD = r"""
-import os, signal, sys, time
-out = sys.argv[1]
-got = []
-signal.signal(signal.SIGUSR1, lambda *a: got.append(time.time()))
-open(out + ".pid", "w").write(str(os.getpid()))
-deadline = time.time() + 60
-while not got and time.time() < deadline:
-    print("step=1 loss=1.0", flush=True)
-    time.sleep(0.05)
-time.sleep(1.0)  # a second USR1 would come now
-print("saved a checkpoint", flush=True)
-open(out, "w").write(str(len(got)))
-"""
+USR1_CHILD = str(Path(__file__).resolve().parent / "usr1_child.py")
 
 
 def exec_cmd(tmp_path: Path, *child: str) -> list[str]:
@@ -51,7 +38,7 @@ def test_slurm_s_usr1_to_every_process_reaches_the_child_once(tmp_path: Path) ->
     """`scancel --signal=USR1 --full` signals every process of the job, alertd exec too, from slurmstepd (an
     ancestor of both): alertd stays, and does not send the child a second one."""
     out = tmp_path / "usr1"
-    proc = subprocess.Popen(exec_cmd(tmp_path, sys.executable, "-c", USR1_CHILD, str(out)), stdout=subprocess.PIPE)
+    proc = subprocess.Popen(exec_cmd(tmp_path, sys.executable, USR1_CHILD, str(out)), stdout=subprocess.PIPE)
     child = int(wait_file(Path(f"{out}.pid")))
     time.sleep(0.5)  # alertd's signal thread is waiting (the child is running)
     os.kill(proc.pid, signal.SIGUSR1)  # this test is alertd's parent: its ancestor, as slurmstepd is
@@ -63,7 +50,7 @@ def test_slurm_s_usr1_to_every_process_reaches_the_child_once(tmp_path: Path) ->
 
 def test_a_usr1_to_alertd_alone_is_forwarded(tmp_path: Path) -> None:
     out = tmp_path / "usr1"
-    proc = subprocess.Popen(exec_cmd(tmp_path, sys.executable, "-c", USR1_CHILD, str(out)), stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(exec_cmd(tmp_path, sys.executable, USR1_CHILD, str(out)), stdout=subprocess.DEVNULL)
     wait_file(Path(f"{out}.pid"))
     time.sleep(0.5)
     subprocess.run(["kill", "-USR1", str(proc.pid)], check=True)  # from a process that is no ancestor

@@ -198,36 +198,22 @@ def test_job_states_raise_their_alerts_and_a_job_named_by_its_label_is_cancelled
         receiver.stop()
 
 
-USR1_CHILD = r"""
-import os, signal, sys, time
-out = sys.argv[1]
-got = []
-signal.signal(signal.SIGUSR1, lambda *a: got.append(time.time()))
-open(out + ".started", "w").write(str(os.getpid()))
-deadline = time.time() + 60
-while not got and time.time() < deadline:
-    print("step=1 loss=1.0", flush=True)
-    time.sleep(0.05)
-time.sleep(1.0)  # a second USR1 would come now
-print("saved a checkpoint", flush=True)
-open(out, "w").write(str(len(got)))
-"""
+USR1_CHILD = Path(__file__).resolve().parents[1] / "exec" / "usr1_child.py"
 
 
 def test_scancel_usr1_full_reaches_the_trainer_under_alertd_exec_once(slurm: LocalSlurm, tmp_path: Path) -> None:
     """The README's Slurm recipe: `scancel --signal=USR1 --full` signals every process of the job, alertd exec
     too. alertd stays (it used to die of it, and the trainer of SIGPIPE), and the trainer gets it once."""
-    (tmp_path / "child.py").write_text(USR1_CHILD)
     (tmp_path / "rules.yaml").write_text("rules: [{name: nf, metric: loss, condition: nonfinite}]\n")
     out = tmp_path / "usr1"
     script = tmp_path / "job.sh"
     script.write_text(
         f"#!/bin/sh\nexec {sys.executable} -m alertd exec --rules {tmp_path / 'rules.yaml'} "
-        f"--state-dir {tmp_path / 'state'} -- {sys.executable} {tmp_path / 'child.py'} {out}\n"
+        f"--state-dir {tmp_path / 'state'} -- {sys.executable} {USR1_CHILD} {out}\n"
     )
     job = slurm.sbatch("-J", "exec-usr1", f"--export=ALL,PYTHONPATH={os.pathsep.join(sys.path)}", str(script))
     deadline = time.monotonic() + 90
-    while not Path(f"{out}.started").exists():
+    while not Path(f"{out}.pid").exists():
         assert time.monotonic() < deadline, f"the job's trainer never started:\n{slurm.logs()}"
         time.sleep(0.1)
     time.sleep(0.5)
