@@ -23,6 +23,7 @@ import signal
 import sqlite3
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +81,16 @@ WAKE_GAP = 0.005
 """Seconds between the starts of two reads of one source woken by file-system notifications: a writer
 flushing continuously costs at most 1/WAKE_GAP reads a second, whatever its rate; the first write after a
 quiet moment is read at once."""
+INGEST_SLICE = 0.1
+"""Seconds of the event loop one slice of a poll's samples takes, about (appended, tracked, evaluated and
+planned): after each slice the loop is left as long to everything else (the API, the deliveries, the other
+sources' samples), so one source's storm (tens of thousands of series at once) never holds the others for
+seconds; a poll of up to INGEST_FIRST samples is one slice, as before."""
+INGEST_FIRST = 1000
+"""Samples in a poll's first slice; the next slices grow or shrink to take about INGEST_SLICE each."""
+INGEST_MIN, INGEST_MAX = 1000, 1_000_000
+TRANSITIONS_LOGGED = 100
+"""Transitions of one evaluation logged one by one; the rest of a storm is one line counting them by rule and state."""
 
 
 @dataclass
@@ -168,6 +179,9 @@ class Service:
         self._writer_claims: dict[str, list[WriterClaim]] = {}
         self._reloading = False
         self._next_save = float("-inf")
+        self._planned: frozenset[PairKey] | None = None
+        """The alerts active when the dispatcher last planned (None: plan at the next evaluation)."""
+        self._alert_memo: dict[PairKey, Any] = {}
         self.exit_code = 0
         self.dispatcher: Dispatcher | None = None
         self.child: ChildRun | None = None
@@ -499,35 +513,68 @@ class Service:
             task = asyncio.get_running_loop().create_task(_poll(source, now, paths), name=f"poll:{name}")
             self._polls[name] = (now, task)
             health.polls += 1
-        health.busy = True
+        health.busy = True  # until its samples are ingested: the next read of it waits for that
         try:
-            limit = source.interval + POLL_TIMEOUT
-            done, _ = await asyncio.wait({task}, timeout=max(0.0, started + limit - self.clock.now()))
-            if not done:
-                raise TimeoutError(f"a poll has not returned within {limit:g}s; waiting for it")
-            del self._polls[name]
-            samples = task.result()
-        except Exception as exc:  # A source never crashes the service.
-            health.failed(exc, now)
-            samples = []
-        else:
-            health.succeeded(samples, now)
-            self._ingesting[name] = self._ingesting.get(name, 0) + 1
+            try:
+                limit = source.interval + POLL_TIMEOUT
+                done, _ = await asyncio.wait({task}, timeout=max(0.0, started + limit - self.clock.now()))
+                if not done:
+                    raise TimeoutError(f"a poll has not returned within {limit:g}s; waiting for it")
+                del self._polls[name]
+                samples = task.result()
+            except Exception as exc:  # A source never crashes the service.
+                health.failed(exc, now)
+                samples = []
+            else:
+                health.succeeded(samples, now)
+                self._ingesting[name] = self._ingesting.get(name, 0) + 1
+            try:
+                if name not in self.sources:  # dropped by a reload meanwhile
+                    return
+                if isinstance(source, TensorBoardSource):  # before the samples: a NaN in a new file needs its writer
+                    await self.check_writers(now, only_new=True)
+                await self._ingest_poll(name, source, samples, now)
+            finally:
+                if self._ingesting.get(name):
+                    self._ingesting[name] -= 1
+                    self._cursor_due.add(name)  # taken at the next commit (what the samples came with is theirs)
         finally:
             health.busy = False
-        try:
-            if name not in self.sources:  # dropped by a reload meanwhile
-                return
-            if isinstance(source, TensorBoardSource):  # before the samples: a NaN in a new file needs its writer
-                await self.check_writers(now, only_new=True)
-            up = Sample(SeriesKey(SOURCE_UP, make_labels({"source": name})), now, None, 0.0 if health.failures else 1.0)
-            self.ingest([*samples, up], now)
-        finally:
-            if self._ingesting.get(name):
-                self._ingesting[name] -= 1
-                self._cursor_due.add(name)  # taken at the next commit (what the samples came with is theirs)
         if name in self._changed:
             self._wake_source(name)
+
+    async def _ingest_poll(self, name: str, source: Source, samples: list[Sample], now: float) -> None:
+        """A poll's samples, with the source's `alertd.source.up`, ingested in slices of about INGEST_SLICE
+        seconds (the loop is free between them); then what the poll left out at the source's limits (its own,
+        `take_cuts`, and the buffer's series limit) goes to its health."""
+        health, buffer = self.health[name], self.engine.buffer
+        take = getattr(source, "take_cuts", None)
+        cuts: list[str] = list(take()) if take is not None and not health.failures else []
+        dropped = buffer.dropped[name]
+        done, size = 0, INGEST_FIRST
+        while len(samples) - done > size:
+            begun = time.perf_counter()
+            self.ingest(samples[done : done + size], now)
+            done += size
+            took = time.perf_counter() - begun
+            size = max(INGEST_MIN, min(INGEST_MAX, int(size * min(2.0, max(0.25, INGEST_SLICE / max(took, 1e-6))))))
+            await asyncio.sleep(min(took, INGEST_SLICE))  # as long again for the rest: an HTTP exchange, a wake-up
+            if self.sources.get(name) is not source:  # dropped by a reload meanwhile: the rest is not its
+                return
+            now = max(now, self.clock.now())  # the later slices are taken later
+        over = health.failures or cuts or buffer.dropped[name] > dropped or health.cut is not None
+        up = Sample(SeriesKey(SOURCE_UP, make_labels({"source": name})), now, None, 0.0 if over else 1.0)
+        self.ingest([*samples[done:], up], now)
+        if health.failures:
+            return
+        lost = buffer.dropped[name] - dropped
+        if lost:
+            limit = buffer.limits.series_limit(name)
+            cuts.append(
+                f"{lost} samples of new series dropped at the series limit ({limit} series for this source: its "
+                f"max_series, or buffer.max_series_per_source; {buffer.limits.max_series} in all: buffer.max_series)"
+            )
+        health.limited(cuts, bool(samples))
 
     def ingest(self, samples: list[Sample], now: float) -> None:
         """Append samples and what they say of their runs, evaluate at `now`, hand the transitions on."""
@@ -552,24 +599,42 @@ class Service:
         self.engine.eval_seconds = self.clock.now() - started
         for rule, error in ev.errors.items():
             log.warning("rule %s: %s", rule, error, extra={"rule": rule})
-        for t in ev.transitions:
+        for t in ev.transitions[:TRANSITIONS_LOGGED]:
             _log_transition(t)
+        if len(ev.transitions) > TRANSITIONS_LOGGED:
+            _log_storm(ev.transitions[TRANSITIONS_LOGGED:])
         self._submit(ev.transitions, now)
 
+    def _alerts(self) -> dict[str, Alert]:
+        """The pending and firing alerts by fingerprint (each made once per change of its track: a storm's
+        thousands of firing alerts cost a look-up each per evaluation, not a new alert each)."""
+        alerts = self.engine.state.alerts(self.engine.ruleset.rules, self._alert_memo)
+        return {a.fingerprint: a for a in alerts}
+
     def _submit(self, transitions: Sequence[Transition], now: float) -> None:
-        """Plan and commit, with the alert states and cursors, in one transaction."""
+        """Plan and commit, with the alert states and cursors, in one transaction. Nothing is planned when
+        nothing can be due: no transition, no group timer due, the same alerts active as at the last plan."""
         assert self.dispatcher is not None
         self.transition_log.extend(transitions)
-        alerts = {a.fingerprint: a for a in self.engine.state.alerts(self.engine.ruleset.rules)}
         save = bool(transitions) or self.clock.now() >= self._next_save
+        active = self.engine.state.active_pairs()
+        idle = not transitions and active == self._planned and not self.dispatcher.due(now)
+        if idle and not save:
+            return
+        planned = None
         try:
-            planned = self.dispatcher.submit(transitions, alerts, now, also=self._state_writer() if save else None)
+            if idle:
+                self.outbox.commit_plan((), {}, also=self._state_writer())
+            else:
+                writer = self._state_writer() if save else None
+                planned = self.dispatcher.submit(transitions, self._alerts(), now, also=writer)
+                self._planned = active
         except sqlite3.Error as exc:
             self.store.failed()
             self.fatal(f"can't write the state directory {self.state_dir} ({exc}); alertd stops")
             return
         self.store.committed()
-        if transitions or planned.notifications:  # something to deliver, or group timers that moved
+        if transitions or (planned is not None and planned.notifications):  # to deliver, or group timers moved
             self._wake.set()
 
     def fatal(self, message: str) -> None:
@@ -661,8 +726,7 @@ class Service:
             now = self.clock.now()
             wake = self.dispatcher.next_wakeup()
             if wake is not None and wake <= now:
-                alerts = {a.fingerprint: a for a in self.engine.state.alerts(self.engine.ruleset.rules)}
-                self.dispatcher.submit((), alerts, now)
+                self.dispatcher.submit((), self._alerts(), now)
             try:
                 await self.dispatcher.deliver_due(now)
             except Exception:  # Delivery errors are the pipeline's; this loop must survive anything.
@@ -849,6 +913,15 @@ def _log_warnings(config: Config) -> None:
     """What `alertd check` prints as warnings (a severity no route uses), logged once per load."""
     for warning in config.warnings:
         log.warning("rules: %s", warning)
+
+
+def _log_storm(rest: Sequence[Transition]) -> None:
+    """The transitions of one evaluation past TRANSITIONS_LOGGED: one line, counted by rule and state."""
+    counts: dict[tuple[str, str], int] = {}
+    for t in rest:
+        counts[(t.rule, t.state.value)] = counts.get((t.rule, t.state.value), 0) + 1
+    shown = ", ".join(f"{rule} {state}: {n}" for (rule, state), n in sorted(counts.items()))
+    log.warning("and %d more transitions of this evaluation (%s)", len(rest), shown, extra={"transitions": len(rest)})
 
 
 def _log_transition(t: Transition) -> None:

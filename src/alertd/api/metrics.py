@@ -208,13 +208,14 @@ def _export(buffer: Any, patterns: tuple[str, ...], limit: int, families: dict[s
 
 
 def source_up(health: Any) -> bool:
-    """Whether a source's last poll worked (False before its first poll)."""
-    return health.last_poll is not None and health.failures == 0
+    """Whether a source's last poll worked and its data is within its limits (False before its first poll)."""
+    return health.last_poll is not None and health.failures == 0 and not getattr(health, "cut", None)
 
 
 def source_state(health: Any, source: Any) -> tuple[str, str | None]:
     """A source's state for people and Prometheus, and a note: `disabled` (the source's own reason: NVML
-    without a driver), `up` (its last poll worked), `down` (it failed), `unknown` (no poll yet). The note is
+    without a driver), `up` (its last poll worked), `down` (it failed, or its data went over a limit: the
+    cut, `SourceHealth.cut`), `unknown` (no poll yet). The note is
     the disabled reason, or what the source has to say (a text log none of whose lines matched)."""
     note = getattr(source, "note", None)
     disabled = getattr(source, "disabled", None)

@@ -133,6 +133,10 @@ class Dispatcher:
         """Send everything in the outbox that is due at `now`."""
         return await self.delivery.deliver_due(now)
 
+    def due(self, now: float) -> bool:
+        """Whether a group timer is due at `now` (`submit` would flush a group, or drop a resolved one)."""
+        return self._next_plan is not None and self._next_plan <= now
+
     def next_wakeup(self) -> float | None:
         """The earliest time `submit` (group timers) or `deliver_due` (retries, rate limits) has work."""
         times = [t for t in (self._next_plan, self.outbox.next_due()) if t is not None]

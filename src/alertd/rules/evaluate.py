@@ -81,31 +81,46 @@ class EvalState:
             return self.active
         return frozenset(p for p, tr in self.tracks.items() if tr.state is not AlertState.INACTIVE)
 
-    def alerts(self, rules: Iterable[Rule]) -> list[Alert]:
-        """The alerts that are pending or firing, in rule and label order (the cost follows their number)."""
+    def alerts(
+        self, rules: Iterable[Rule], memo: dict[PairKey, tuple[Track, Rule, Alert]] | None = None
+    ) -> list[Alert]:
+        """The alerts that are pending or firing, in rule and label order (the cost follows their number).
+
+        `memo` (the caller's, kept between calls): an alert whose track and rule are the ones it was made of is
+        taken from it, not made again (a track is replaced, never changed); it is left holding this call's."""
         by_name = {r.name: r for r in rules}
         out = []
+        kept: dict[PairKey, tuple[Track, Rule, Alert]] = {}
         for pair in self.active_pairs():
             name, key = pair
             tr = self.tracks.get(pair)
             rule = by_name.get(name)
             if rule is None or tr is None or tr.state is AlertState.INACTIVE:
                 continue
-            out.append(
-                Alert(
-                    rule=name,
-                    state=tr.state,
-                    labels=alert_labels(rule, key),
-                    severity=rule.severity,
-                    value=tr.value,
-                    step=tr.step,
-                    time=tr.time,
-                    active_at=tr.active_at,
-                    fired_at=tr.fired_at,
-                    annotations=tr.annotations,
-                    notify=rule.notify,
-                )
+            if memo is not None:
+                hit = memo.get(pair)
+                if hit is not None and hit[0] is tr and hit[1] is rule:
+                    kept[pair] = hit
+                    out.append(hit[2])
+                    continue
+            alert = Alert(
+                rule=name,
+                state=tr.state,
+                labels=alert_labels(rule, key),
+                severity=rule.severity,
+                value=tr.value,
+                step=tr.step,
+                time=tr.time,
+                active_at=tr.active_at,
+                fired_at=tr.fired_at,
+                annotations=tr.annotations,
+                notify=rule.notify,
             )
+            kept[pair] = (tr, rule, alert)
+            out.append(alert)
+        if memo is not None:
+            memo.clear()
+            memo.update(kept)
         out.sort(key=lambda a: (a.rule, a.labels))
         return out
 
