@@ -244,3 +244,23 @@ def test_a_file_turned_fifo_is_warned_once_and_retried(
     path.write_text("step,loss\n0,1\n1,2\n")
     seen += src.read_new(kit.NOW)
     assert kit.triples(seen) == kit.expected([(0, {"loss": 1}), (1, {"loss": 2})])
+
+
+def test_a_header_of_40000_columns_is_read_to_max_columns_and_says_so(tmp_path: Path, kit: SimpleNamespace) -> None:
+    wide, fine = tmp_path / "wide" / "metrics.csv", tmp_path / "fine" / "metrics.csv"
+    wide.parent.mkdir(), fine.parent.mkdir()
+    wide.write_text("step," + ",".join(f"m{i}" for i in range(40_000)) + "\n1," + ",".join(["0.5"] * 40_000) + "\n")
+    fine.write_text("step,loss\n1,nan\n")
+    src = kit.make_source(tmp_path / "*" / "metrics.csv")
+    samples = src.read_new(kit.NOW)
+    by_run = {run: {s.series.metric for s in samples if s.series.label("run") == run} for run in ("wide", "fine")}
+    assert by_run["wide"] == {f"m{i}" for i in range(10_000)} and by_run["fine"] == {"loss"}
+    (cut,) = src.take_cuts()  # for the source's health: the file, the limit, where the reading stops
+    assert cut == (
+        f"csv source pl: {wide}: the header has 40000 metric columns, over max_columns (10000): "
+        "the columns from 'm10000' on are not read"
+    )
+    with wide.open("a") as f:  # every poll that reads its rows says so again; one that reads none does not
+        f.write("2," + ",".join(["1.5"] * 40_000) + "\n")
+    assert len(src.read_new(kit.NOW)) == 10_000 and len(src.take_cuts()) == 1
+    assert src.read_new(kit.NOW) == [] and src.take_cuts() == []

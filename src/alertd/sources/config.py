@@ -160,6 +160,9 @@ class CsvConfig(FileSourceConfig):
     type: Literal["csv"]
     path: str = Field(min_length=1)
     step_column: str = "step"
+    max_columns: int = Field(default=10_000, ge=1)
+    """The most metric columns read from one file; a wider header's further columns are not read (said in the
+    source's health)."""
 
 
 class MlflowConfig(FileSourceConfig):

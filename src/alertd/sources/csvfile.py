@@ -13,6 +13,10 @@ Rows
   not a number is skipped, counted in `bad_cells` and logged once per file and column.
 - The `step_column` cell (default `step`), where present and an integer (`12` or `12.0`), is the
   sample's step; that column is never a metric.
+- At most `max_columns` metric columns (default 10,000: a real run logs tens to hundreds of metrics) are
+  read from a file; a header wider than that (a storm of 40,000 columns) has its further columns left
+  unread, which the source's health says at every poll that reads rows of that file (`take_cuts`), while
+  the file's other columns and the other files are read on.
 - Time is the poll's `now` (Lightning writes no time column), unless the file has a `time`,
   `timestamp` or `_timestamp` column (in that order of preference) holding epoch seconds (a finite
   value from 1e9 on, i.e. after September 2001); those columns are never metrics, and a cell that is
@@ -80,6 +84,7 @@ from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import CsvConfig
 from alertd.sources.gcpause import gc_paused
 from alertd.sources.globs import MAX_FILES, glob_base, matching_files, run_of
+from alertd.sources.limits import Cuts
 from alertd.sources.linetail import HEAD, LineTail
 
 log = logging.getLogger(__name__)
@@ -170,8 +175,11 @@ def split_row(text: str, whole: bool = False) -> list[str] | None:
 class _File:
     """One CSV file: its tail, its header, and how many data rows of it were consumed."""
 
-    def __init__(self, path: str, run: str, source: str) -> None:
+    def __init__(self, path: str, run: str, source: str, max_columns: int = 10_000) -> None:
         self.path = path
+        self.max_columns = max_columns
+        self.over: str | None = None
+        """Why columns of the header are not read (over `max_columns`), or None."""
         self.run = run
         self.labels = make_labels({"source": source, "run": run})
         self.tail = LineTail(path, bars=False, max_line=MAX_LINE)
@@ -218,9 +226,16 @@ class _File:
         self.header, self.header_text, self.width = names, text, len(names)
         self.step_index = names.index(step_column) if step_column in names else None
         self.time_indices = [i for column in TIME_COLUMNS for i, name in enumerate(names) if name == column]
-        self.metric_columns = []
+        self.metric_columns, self.over = [], None
         for i, name in enumerate(names):
             if name and i != self.step_index and name not in TIME_COLUMNS:
+                if len(self.metric_columns) >= self.max_columns:
+                    wide = sum(1 for j, n in enumerate(names) if n and j != self.step_index and n not in TIME_COLUMNS)
+                    self.over = (
+                        f"{self.path}: the header has {wide} metric columns, over max_columns "
+                        f"({self.max_columns}): the columns from {name!r} on are not read"
+                    )
+                    break
                 key = self.keys.get(name)
                 if key is None:
                     key = self.keys[name] = SeriesKey(name, self.labels)
@@ -274,6 +289,8 @@ class CsvSource:
         self.interval = cfg.interval
         self.pattern = cfg.path
         self.step_column = cfg.step_column
+        self.max_columns = cfg.max_columns
+        self.cuts = Cuts()
         self.base = glob_base(cfg.path)
         self.bad_cells = 0
         self.dropped_rows = 0
@@ -286,6 +303,10 @@ class CsvSource:
     async def poll(self, now: float) -> Sequence[Sample]:
         """The rows written since the previous poll, as samples (file reads run in a worker thread)."""
         return await asyncio.to_thread(self.read_new, now)
+
+    def take_cuts(self) -> list[str]:
+        """What the polls since the last call left out at a limit (`alertd.sources.limits`)."""
+        return self.cuts.take()
 
     async def aclose(self) -> None:
         """Close the open files."""
@@ -346,7 +367,7 @@ class CsvSource:
         if directory == ".":
             name = os.path.basename(path)
             directory = name[:-4] if name.lower().endswith(".csv") else name
-        f = _File(path, directory, self.name)
+        f = _File(path, directory, self.name, self.max_columns)
         saved = self._saved.pop(path, None)
         if saved is None:
             try:
@@ -361,7 +382,7 @@ class CsvSource:
                 log.warning(
                     "csv source %s: cursor of %s not usable (%s); reading it from the start", self.name, path, exc
                 )
-                f = _File(path, directory, self.name)
+                f = _File(path, directory, self.name, self.max_columns)
         self._files[path] = f
         log.debug("csv source %s: tailing %s (run %s)", self.name, path, directory)
         return f
@@ -569,6 +590,8 @@ class CsvSource:
                     t = value
                     break
                 self._bad(f, header[i], row[i], "not epoch seconds")
+        if f.over is not None:
+            self.cuts.add(f"csv source {self.name}: {f.over}")
         append, new = out.append, tuple.__new__
         for i, key in f.metric_columns:
             if i >= n:
