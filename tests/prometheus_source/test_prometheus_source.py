@@ -210,6 +210,11 @@ async def test_an_answer_with_too_many_series_or_twice_the_same_series_fails_its
             await src.poll(T)
         src = PrometheusSource(config(server.url, [{"query": "many", "max_series": 3}]))
         assert len(await src.poll(T)) == 3
+        # Beside a query that works, the one over its limit is left out, and the source's health says which.
+        src = PrometheusSource(config(server.url, [{"query": "many", "max_series": 2}, {"query": "many"}]))
+        assert len(await src.poll(T)) == 3
+        where = f"prometheus source prom: queries[0] ('many') at 127.0.0.1:{server.port}"
+        assert src.take_cuts() == [f"{where}: 3 series, more than max_series (2): narrow the query or raise it"]
         src = PrometheusSource(config(server.url, [{"query": '{__name__=~"a|b"}', "metric": "ab"}]))
         with pytest.raises(SourceError, match=r'two series are one once __name__ is dropped: ab\{gpu="0"'):
             await src.poll(T)

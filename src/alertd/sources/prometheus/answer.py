@@ -29,6 +29,10 @@ class AnswerError(ValueError):
     """The answer is not a usable instant-query result (the message says why, without the query)."""
 
 
+class TooManySeries(AnswerError):
+    """The answer has more series than the query's `max_series`."""
+
+
 class PromError(AnswerError):
     """Prometheus answered `{"status": "error", "errorType": ..., "error": ...}`."""
 
@@ -112,7 +116,7 @@ def samples_of(
     if not isinstance(result, list):
         raise AnswerError("the vector's result is not a list")
     if len(result) > max_series:
-        raise AnswerError(f"{len(result)} series, more than max_series ({max_series}): narrow the query or raise it")
+        raise TooManySeries(f"{len(result)} series, more than max_series ({max_series}): narrow the query or raise it")
     out: list[Sample] = []
     seen: set[SeriesKey] = set()
     for element in result:

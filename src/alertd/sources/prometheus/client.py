@@ -47,6 +47,10 @@ class QueryFailed(SourceError):
     """This query failed (the server answered, or timed out); the other queries may still work."""
 
 
+class QueryOverLimit(QueryFailed):
+    """This query's answer went over one of its limits (`max_answer` bytes, `max_series` series): left unread."""
+
+
 class _Retry(Exception):
     """One try failed in a way a retry may fix."""
 
@@ -157,7 +161,7 @@ class PromClient:
     def _judge(self, status: int, headers: httpx.Headers, body: bytes, cut: bool, now: float) -> bytes:
         if status == 200:
             if cut:
-                raise QueryFailed(f"the answer is over max_answer ({self.max_answer} bytes): narrow the query")
+                raise QueryOverLimit(f"the answer is over max_answer ({self.max_answer} bytes): narrow the query")
             progress.received(len(body))
             return body
         prom = error_of(body) if not cut else None

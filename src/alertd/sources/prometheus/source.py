@@ -7,8 +7,10 @@ element's own timestamp, with no step. An answer is parsed off the event loop wh
 One query failing (Prometheus' error answer, a matrix result, a series without a name, too many
 series, a timeout) does not lose the others' samples: the poll returns what the rest gave, and the
 failure is logged when it first happens (and when it changes), its recovery too. Only when every query
-fails does the poll fail. A failure of the server itself (refused credentials, TLS, no endpoint, no
-connection after the retries) fails the poll at once.
+fails does the poll fail. A query whose answer went over one of its limits (`max_series`, `max_answer`)
+is also in the source's health, at every poll that meets it (`take_cuts`: `alertd.sources.limits`). A
+failure of the server itself (refused credentials, TLS, no endpoint, no connection after the retries)
+fails the poll at once.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from alertd.errors import SourceError
 from alertd.model import Sample
 from alertd.sources.config import PrometheusConfig, PrometheusQuery
 from alertd.sources.httpretry import Sleep
-from alertd.sources.prometheus.answer import AnswerError, samples_of
-from alertd.sources.prometheus.client import PromClient, QueryFailed
+from alertd.sources.limits import Cuts
+from alertd.sources.prometheus.answer import AnswerError, TooManySeries, samples_of
+from alertd.sources.prometheus.client import PromClient, QueryFailed, QueryOverLimit
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,7 @@ class PrometheusSource:
         self._limit = asyncio.Semaphore(CONCURRENCY)
         self._failing: dict[int, str] = {}
         """The queries that failed at the last poll, with the message logged."""
+        self.cuts = Cuts()
 
     def __repr__(self) -> str:
         return f"PrometheusSource(name={self.name!r}, host={self.client.host!r})"
@@ -85,7 +89,14 @@ class PrometheusSource:
             recoverable = any(e.recoverable for e in failed.values())
             raise SourceError(f"{self.where(i)}: {first}{more}", recoverable=recoverable)
         self._report(failed)
+        for i, exc in failed.items():
+            if isinstance(exc, QueryOverLimit):
+                self.cuts.add(f"{self.where(i)}: {exc}")
         return out
+
+    def take_cuts(self) -> list[str]:
+        """The queries the polls since the last call left unread at one of their limits."""
+        return self.cuts.take()
 
     def _report(self, failed: dict[int, QueryFailed]) -> None:
         for i, exc in failed.items():
@@ -106,4 +117,5 @@ class PrometheusSource:
         try:
             return parse() if len(body) <= INLINE_PARSE else await asyncio.to_thread(parse)
         except AnswerError as exc:
-            raise QueryFailed(self.client.redact(str(exc))[:500]) from None
+            kind = QueryOverLimit if isinstance(exc, TooManySeries) else QueryFailed
+            raise kind(self.client.redact(str(exc))[:500]) from None
