@@ -54,6 +54,7 @@ from alertd.procfs import Procfs
 from alertd.rules.carry import carry_over, fingerprint, restored, rule_fingerprints
 from alertd.rules.evaluate import EvalState, Evaluation, PairKey, RuleSet, evaluate
 from alertd.runs import RunTracker, Writer
+from alertd.secretfiles import read_secret_file
 from alertd.sources.base import Source
 from alertd.sources.config import SourceConfig
 from alertd.sources.registry import build_source, watch_dirs
@@ -947,6 +948,9 @@ def run_service(
     setup_logging(log_format)
     if state_dir:
         os.environ["ALERTD_STATE_DIR"] = state_dir
+    if (why := _token_problem(listen)) is not None:
+        log.error("%s", why)
+        return 1
     try:
         service = Service(paths)
     except ConfigError as exc:
@@ -969,9 +973,17 @@ async def _main(service: Service, listen: str | None, handle_signals: bool = Tru
     api = None
     if listen:
         from alertd.api import serve_api
+        from alertd.api.hosts import ENV as HOSTS_ENV
+        from alertd.api.hosts import split_hosts
 
         roots = [r for r in os.environ.get("ALERTD_DRY_RUN_ROOTS", "").split(os.pathsep) if r]
-        api = asyncio.create_task(serve_api(service, listen, token=api_token(), dry_run_roots=roots))
+        try:
+            token = api_token()
+        except ApiTokenError as exc:  # checked at start; the file went since
+            log.error("%s: the HTTP API is not served; alertd stops", exc)
+            return 1
+        hosts = split_hosts(os.environ.get(HOSTS_ENV, ""))
+        api = asyncio.create_task(serve_api(service, listen, token=token, dry_run_roots=roots, api_hosts=hosts))
         api.add_done_callback(lambda task: _api_ended(task, service))
     try:
         await service.run()
@@ -983,13 +995,40 @@ async def _main(service: Service, listen: str | None, handle_signals: bool = Tru
     return service.exit_code
 
 
+class ApiTokenError(ValueError):
+    """The API's token is asked for but can't be had: alertd does not start (one line naming the file)."""
+
+
 def api_token() -> str | None:
-    """The API's bearer token: ALERTD_API_TOKEN, or the content of the file ALERTD_API_TOKEN_FILE names."""
+    """The API's bearer token: ALERTD_API_TOKEN, else the content of the file ALERTD_API_TOKEN_FILE names; None
+    when neither is set. A file that can't be read or holds only blanks, or an ALERTD_API_TOKEN set to nothing
+    but blanks, is an ApiTokenError naming it (never an API without authentication)."""
     token = os.environ.get("ALERTD_API_TOKEN")
     path = os.environ.get("ALERTD_API_TOKEN_FILE")
-    if not token and path:
-        token = Path(path).read_text(encoding="utf-8").strip()
-    return token or None
+    if token is not None and token.strip():
+        return token.strip()
+    if path:
+        try:
+            text = read_secret_file(path, "ALERTD_API_TOKEN_FILE").strip()
+        except ValueError as exc:
+            raise ApiTokenError(f"the API token: {exc}") from None
+        if not text:
+            raise ApiTokenError(f"the API token: ALERTD_API_TOKEN_FILE: {path} holds only blanks")
+        return text
+    if token is not None:
+        raise ApiTokenError("the API token: ALERTD_API_TOKEN is set but empty")
+    return None
+
+
+def _token_problem(listen: str | None) -> str | None:
+    """Why the API can't be served (its token can't be had), or None; nothing is asked without `listen`."""
+    if not listen:
+        return None
+    try:
+        api_token()
+    except ApiTokenError as exc:
+        return f"{exc}: alertd does not start"
+    return None
 
 
 def _api_ended(task: asyncio.Task[None], service: Service) -> None:
@@ -1033,6 +1072,9 @@ def run_exec(
     (`alertd.exec_stop`; the built-in rules without `--no-stop`).
     """
     setup_logging(log_format)
+    if (why := _token_problem(listen)) is not None:
+        log.error("%s", why)
+        return 2
     name = run or _run_name(argv)
     explicit = state_dir or os.environ.get(STATE_DIR_ENV)
     stop_file = None

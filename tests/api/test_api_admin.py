@@ -77,14 +77,14 @@ async def test_reload_good_and_bad_rules(tmp_path: Path) -> None:
     service = Service([str(env.rules)], state=env.state)
     async with serving(service) as client:
         write_rules(env.rules, env.samples, extra="  - {name: acc_low, metric: eval/acc, condition: '< 0.1'}\n")
-        r = await client.post("/api/v1/reload")
+        r = await client.post("/api/v1/reload", json={})
         assert r.status_code == 200, r.text
         assert r.json()["status"] == "ok"
         names = {x["name"] for x in (await client.get("/api/v1/rules", params=ALERTD)).json()}
         assert names == {"loss_nan", "loss_high", "acc_low"}
 
         write_rules(env.rules, env.samples, extra="  - {name: broken, metric: m, condition: 'sometimes'}\n")
-        r = await client.post("/api/v1/reload")
+        r = await client.post("/api/v1/reload", json={})
         assert r.status_code == 400
         out = r.json()
         assert out["status"] == "error"

@@ -148,7 +148,9 @@ def test_more_connections_than_file_descriptors_keep_the_log_small(tmp_path: Pat
         assert alertd.stop() == 0
 
 
-HEAD = "POST /api/v1/dry-run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{}Content-Length: {}\r\n\r\n"
+HEAD = (
+    "POST /api/v1/dry-run HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{}Content-Length: {}\r\n\r\n"
+)
 
 
 def response_of(s: socket.socket, timeout: float = 2.0) -> bytes:

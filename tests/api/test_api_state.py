@@ -40,7 +40,7 @@ async def test_health_and_readiness(tmp_path: Path) -> None:
         r = await client.get("/readyz")
         assert r.status_code == 503
         assert r.json()["status"] == "not ready"
-        r = await client.post("/api/v1/reload")
+        r = await client.post("/api/v1/reload", json={})
         assert r.status_code == 503
     service = Service([str(env.rules)], state=env.state)
     async with serving(service) as client:

@@ -34,7 +34,8 @@ BOMB = (
 
 def _get(url: str, method: str = "GET") -> tuple[int, str, float]:
     started = time.monotonic()
-    request = urllib.request.Request(url, method=method)
+    headers = {"Content-Type": "application/json"} if method != "GET" else {}  # a state change is JSON
+    request = urllib.request.Request(url, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=5) as resp:
             return resp.status, resp.read().decode(), time.monotonic() - started

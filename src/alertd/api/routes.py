@@ -29,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from alertd import __version__
 from alertd.api import models as m
+from alertd.api.hosts import SAFE_METHODS, AllowedHosts, json_content_type, loopback, machine_names
 from alertd.api.metrics import ServiceCollector, alert_counts, source_state
 from alertd.api.models import parse_instant, silence_from, silence_json, time_or_none
 from alertd.api.pages import pages_router
@@ -47,12 +48,14 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": m.ErrorBody} for code in (400, 401, 403, 404, 408, 409, 413, 429, 500, 503, 504)
+    code: {"model": m.ErrorBody} for code in (400, 401, 403, 404, 408, 409, 413, 415, 421, 429, 500, 503, 504)
 }
 BODY_TIMEOUT = 30.0
 """Seconds a client has to send a request's body."""
 SHUTDOWN_GRACE = 3.0
 """Seconds the server waits, once stopping, for the answers under way before it drops their connections."""
+PROBES = frozenset({"/healthz", "/readyz"})
+"""Answered whatever the `Host` header: they tell nothing (load balancers and probes send odd names)."""
 
 
 class ApiError(Exception):
@@ -101,14 +104,23 @@ def series_id(key: SeriesKey) -> str:
 
 
 class Gate:
-    """ASGI middleware that judges a request by its head before its body is read: the bearer token (for
-    `/api/...`), then the Content-Length against `limit` (413). Only then is the body read, at most `limit`
+    """ASGI middleware that judges a request by its head before its body is read: the `Host` header
+    against `hosts` (421; `/healthz` and `/readyz` are answered to any), the bearer token (for `/api/...`),
+    a state-changing request's content type (415 unless JSON, or the token was given: `alertd.api.hosts`),
+    then the Content-Length against `limit` (413). Only then is the body read, at most `limit`
     bytes (413 past that, whether it came with a Content-Length or in chunks) within `body_timeout`
     seconds (408). The app sees the body replayed. After a refusal the server reads and drops what is left
     of the body for a few seconds at most (`server.LINGER`), then closes the connection."""
 
-    def __init__(self, app: ASGIApp, limit: int, token: str | None = None, body_timeout: float = BODY_TIMEOUT) -> None:
-        self.app, self.limit, self.body_timeout = app, limit, body_timeout
+    def __init__(
+        self,
+        app: ASGIApp,
+        limit: int,
+        token: str | None = None,
+        body_timeout: float = BODY_TIMEOUT,
+        hosts: AllowedHosts | None = None,
+    ) -> None:
+        self.app, self.limit, self.body_timeout, self.hosts = app, limit, body_timeout, hosts
         self.token = token.encode() if token else None
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]], send: Any) -> None:
@@ -117,10 +129,21 @@ class Gate:
             return
         headers = dict(scope.get("headers") or [])
         path = str(scope.get("path", ""))
+        if self.hosts is not None and path not in PROBES and not self.hosts.allows(headers.get(b"host")):
+            await _refuse(421, "this alertd does not answer to that Host (ALERTD_API_HOSTS adds names)", scope, send)
+            return
+        authorized = False
         if self.token is not None and (path == "/api" or path.startswith("/api/")):
             scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.token):
                 await _refuse(401, "a valid bearer token is required", scope, send, {"WWW-Authenticate": "Bearer"})
+                return
+            authorized = True
+        method = str(scope.get("method", "GET")).encode()
+        if not authorized and method not in SAFE_METHODS and not json_content_type(headers.get(b"content-type")):
+            bodiless = headers.get(b"content-type") is None and headers.get(b"content-length", b"0") == b"0"
+            if not (method == b"DELETE" and bodiless and b"transfer-encoding" not in headers):
+                await _refuse(415, f"a {method.decode()} request needs Content-Type: application/json", scope, send)
                 return
         length = headers.get(b"content-length", b"")
         if length.isdigit() and int(length) > self.limit:
@@ -174,9 +197,11 @@ def create_app(
     dry_run_timeout: float = 10.0,
     dry_run_roots: Sequence[str] = (),
     max_dry_runs: int = MAX_RUNNING,
+    hosts: AllowedHosts | None = None,
 ) -> FastAPI:
     """The API of `service` (an `alertd.app.Service`) as an ASGI app; `app.state.dry_runs` holds its
-    dry-run workers (`close()` them when the service stops)."""
+    dry-run workers (`close()` them when the service stops). `hosts`: the `Host` names it answers (None:
+    any; `serve_api` gives those of its address)."""
     app = FastAPI(title="alertd", version=__version__, description=__doc__)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ServiceCollector(service))
@@ -230,7 +255,7 @@ def create_app(
     async def _v2_error(request: Request, exc: V2Error) -> JSONResponse:
         return JSONResponse(str(exc), status_code=exc.status)
 
-    app.add_middleware(Gate, limit=max_body, token=token, body_timeout=body_timeout)
+    app.add_middleware(Gate, limit=max_body, token=token, body_timeout=body_timeout, hosts=hosts)
     return app
 
 
@@ -533,14 +558,20 @@ def bind(listen: str, backlog: int = 128) -> socket.socket:
     return sock
 
 
-async def serve_api(service: Any, listen: str, *, max_connections: int | None = None, **kw: Any) -> None:
+async def serve_api(
+    service: Any, listen: str, *, max_connections: int | None = None, api_hosts: Sequence[str] = (), **kw: Any
+) -> None:
     """Serve `create_app(service, **kw)` on `listen` in the running event loop until cancelled.
 
-    The address is bound before this returns control (an OSError says it can't be); `kw` are the
+    The address is bound before the server starts (an OSError says it can't be); `kw` are the
     options of `create_app`. At most `max_connections` are open at once (default: from the limit on
-    open files, `server.connection_limit`). When cancelled, the dry-run workers are killed, the
+    open files, `server.connection_limit`). The `Host` names answered are those of `listen` and
+    `api_hosts` (`alertd.api.hosts`). When cancelled, the dry-run workers are killed, the
     answers under way get `SHUTDOWN_GRACE` seconds, then every connection is dropped.
     """
+    host = parse_listen(listen)[0]
+    names = [] if loopback(host) else await asyncio.to_thread(machine_names)
+    kw.setdefault("hosts", AllowedHosts(host, api_hosts, names))
     guard = Connections(max_connections or connection_limit())
     backlog = min(128, guard.limit)  # asyncio accepts up to `backlog` connections in one go
     sock = bind(listen, backlog)
