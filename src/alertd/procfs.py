@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,49 @@ _PF_KTHREAD = 0x00200000
 ENVIRON_MAX = 1 << 20
 """Bytes of a process's environment read at most."""
 _O_ACCMODE = 0o3
+
+
+_INTERPRETER = re.compile(r"(python|pypy)[0-9.]*[dmu]?")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+_VALUED = frozenset("WX")
+"""Python's options whose value follows them (`-W error`, `-X dev`): never a script."""
+PROGRAM_MAX = 64
+"""Characters of a program's or a script's name shown at most."""
+
+
+def program_name(argv: Sequence[str]) -> str:
+    """What a report may say a process runs: its executable's base name, and for a Python interpreter the
+    script's base name (`python3 train.py`), its module (`python3 -m torch.distributed.run`) or `-c` (never the
+    code). No argument that could carry a secret: not the script's arguments, not `-c`'s code, not a path's
+    directories; a title a process set for itself (setproctitle) counts only up to its first blank."""
+    if not argv or not argv[0].split():
+        return ""
+    exe = os.path.basename(argv[0].split()[0])[:PROGRAM_MAX]
+    if not _INTERPRETER.fullmatch(exe):
+        return exe
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "--":
+            script = next(args, "")
+            return f"{exe} {os.path.basename(script)[:PROGRAM_MAX]}".rstrip()
+        if arg.startswith("--"):
+            if arg == "--check-hash-based-pycs":
+                next(args, None)
+            continue
+        if not arg.startswith("-") or arg == "-":
+            return f"{exe} {os.path.basename(arg)[:PROGRAM_MAX] or arg}"
+        for i, letter in enumerate(arg[1:], 1):
+            rest = arg[i + 1 :]
+            if letter == "c":
+                return f"{exe} -c"
+            if letter == "m":
+                module = rest or next(args, "")
+                return f"{exe} -m {module}" if _MODULE.fullmatch(module) and len(module) <= PROGRAM_MAX else f"{exe} -m"
+            if letter in _VALUED:
+                if not rest:
+                    next(args, None)
+                break
+    return exe
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +89,13 @@ class ProcInfo:
     """For a zombie, its waitpid-style status (field 52) where the kernel shows it; else None."""
     tgid: int | None = None
     """The thread group (process) id from `status`; differs from `pid` when `pid` names a thread."""
+    argv: tuple[str, ...] = ()
+    """The arguments one by one (`cmdline` joins them); empty for kernel threads and zombies."""
+
+    @property
+    def program(self) -> str:
+        """The program without its arguments, safe to report (`program_name`)."""
+        return program_name(self.argv)
 
     @property
     def zombie(self) -> bool:
@@ -72,16 +124,18 @@ class Procfs:
         fields = stat[stat.rindex(")") + 2 :].split()
         state = fields[_STAT_STATE]
         exit_code = int(fields[_STAT_EXIT]) if state in ("Z", "X") and len(fields) > _STAT_EXIT else None
+        argv = tuple(a.decode(errors="replace") for a in raw_cmd.split(b"\0") if a)
         return ProcInfo(
             pid=pid,
             ppid=int(fields[_STAT_PPID]),
             state=state,
             start_ticks=int(fields[_STAT_START]),
             uid=_real_uid(status),
-            cmdline=" ".join(a.decode(errors="replace") for a in raw_cmd.split(b"\0") if a),
+            cmdline=" ".join(argv),
             kernel_thread=bool(int(fields[_STAT_FLAGS]) & _PF_KTHREAD),
             exit_code=exit_code,
             tgid=_status_int(status, "Tgid:"),
+            argv=argv,
         )
 
     def pids(self) -> list[int]:

@@ -232,7 +232,8 @@ class KillConfig(Strict):
     searched in `/proc/<pid>/cmdline` that must match exactly one process alertd may signal, or every such
     match with `all`) or `child` (the trainer `alertd exec` started: the default under `alertd exec`).
     With `ask_first`, a stop file is created first and the process gets `wait` to exit
-    by itself. `signals` are then sent in order, `grace` apart, until the process exits.
+    by itself. `signals` are then sent in order, `grace` apart, until the process exits. Reports name the
+    program signalled (`python3 train.py`), never its arguments, unless `report_cmdline` is true.
     """
 
     type: Literal["kill"]
@@ -246,6 +247,7 @@ class KillConfig(Strict):
     dry_run: bool = False
     allow_other_users: bool = False
     ask_first: AskFirstConfig | None = None
+    report_cmdline: bool = False
 
     @field_validator("signals")
     @classmethod

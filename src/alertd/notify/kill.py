@@ -36,8 +36,9 @@ Policy choices:
 - A refusal (target not found, not allowed, on another host, ambiguous) is not a delivery failure that a
   retry could fix: it is logged at error level and reported, and `send` does not raise. Internal errors
   (a bug, an unreadable /proc) raise `NotifyError(recoverable=False)`.
-- Reports and logs name the command line of a process only once alertd has signalled it; refusals name
-  pids and uids, never another process's command line.
+- Reports and logs name the program of a process (`procfs.program_name`: `python3 train.py`, never an
+  argument, never `-c`'s code: arguments carry secrets) only once alertd has signalled it, its whole command
+  line only with `report_cmdline: true`; refusals name pids and uids, never another process's program.
 - Without `ask_first`, `send` sends the first signal itself, then the escalation runs as a background
   task, so the delivery pipeline never waits through the grace periods. With it, the wait and every signal
   run in the background. One `KillReport` per target is handed to `report` and kept in `history` once it
@@ -97,6 +98,8 @@ PIDFILE_MAX = 64
 """A pidfile larger than this many bytes is refused unread."""
 CLOSE_WAIT = 5.0
 """Seconds `aclose` waits for the reports of the escalations it stopped."""
+CMDLINE_SHOWN = 80
+"""Characters of the program (or, with `report_cmdline`, the command line) a report's line shows."""
 _PID_TEXT = re.compile(r"\s*([0-9]{1,10})\s*")
 _WHY = {
     Delivery.GONE: "process gone/reused",
@@ -119,7 +122,8 @@ class KillReport:
 
     `exit_status` follows subprocess's returncode: 0..255 the exit code, -N killed by signal N; None
     where unknown. `refused` says why nothing was signalled; `note` adds what else happened (the stop
-    file asked first, a cancelled escalation). `cmdline` is set only for a process that was signalled.
+    file asked first, a cancelled escalation). `program` (`python3 train.py`: no argument) is set only for a
+    process that was signalled, `cmdline` (every argument) only then and with `report_cmdline: true`.
     """
 
     notifier: str
@@ -129,6 +133,7 @@ class KillReport:
     pid: int | None
     host: str
     cmdline: str = ""
+    program: str = ""
     signals: tuple[SentSignal, ...] = ()
     exited: bool = False
     exit_status: int | None = None
@@ -146,8 +151,8 @@ class KillReport:
     def summary(self) -> str:
         """One line for people: what was done to which process, and how it ended."""
         who = f"pid {self.pid}" if self.pid is not None else "no process"
-        if self.cmdline:
-            who += f" ({self.cmdline[:80]})"
+        if self.cmdline or self.program:
+            who += f" ({(self.cmdline or self.program)[:CMDLINE_SHOWN]})"
         head = f"kill {self.notifier} for {self.rule}: "
         note = f"; {self.note}" if self.note else ""
         if self.verified:
@@ -208,6 +213,7 @@ class _Asked:
 class _Job:
     base: KillReport
     handle: ProcessHandle
+    program: str
     cmdline: str
     sent: list[SentSignal] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -507,7 +513,7 @@ class KillNotifier:
 
     async def _start(self, base: KillReport, info: ProcInfo, alert: Transition, asked: _Asked | None) -> None:
         handle = ProcessHandle(self.procfs, info)
-        job = _Job(replace(base, pid=info.pid), handle, info.cmdline)
+        job = _Job(replace(base, pid=info.pid), handle, info.program, info.cmdline if self.cfg.report_cmdline else "")
         if self.cfg.dry_run:
             handle.close()
             await self._emit(replace(job.base, note=self._plan(alert)))
@@ -532,7 +538,8 @@ class KillNotifier:
         delivery = job.handle.signal(sig)
         if delivery is Delivery.SENT:
             job.sent.append(SentSignal(sig.name, self._clock.now()))
-            log.warning("kill %s: sent %s to pid %d (%s)", self.name, sig.name, job.handle.pid, job.cmdline[:80])
+            shown = (job.cmdline or job.program)[:CMDLINE_SHOWN]
+            log.warning("kill %s: sent %s to pid %d (%s)", self.name, sig.name, job.handle.pid, shown)
         return delivery
 
     async def _escalate(self, job: _Job, rest: list[signal.Signals], polite: _Asked | None) -> None:
@@ -581,6 +588,7 @@ class KillNotifier:
         return replace(
             job.base,
             cmdline=job.cmdline if job.sent else "",
+            program=job.program if job.sent else "",
             signals=tuple(job.sent),
             exited=seen is not None,
             exit_status=seen.status if seen is not None else None,
