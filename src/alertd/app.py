@@ -290,6 +290,7 @@ class Service:
         old.buffer.limits = config.buffer
         old.runs.stall_after = config.stall_after
         self.engine = Engine(config, old.buffer, ruleset, state, old.runs)
+        self._planned = None  # the same alerts may route, group or be fingerprinted anew: plan at once
         self._reconfigure(old.config, config)
         log.info("rules reloaded: %d rules (%d unchanged)", len(config.rules), len(kept))
         _log_warnings(config)
@@ -550,7 +551,9 @@ class Service:
         `take_cuts`, and the buffer's series limit) goes to its health."""
         health, buffer = self.health[name], self.engine.buffer
         take = getattr(source, "take_cuts", None)
-        cuts: list[str] = list(take()) if take is not None and not health.failures else []
+        cuts: list[str] = list(take()) if take is not None else []  # a failed poll's are not this data's
+        if health.failures:
+            cuts = []
         dropped = buffer.dropped[name]
         done, size = 0, INGEST_FIRST
         while len(samples) - done > size:
