@@ -148,6 +148,7 @@ class Service:
         config = self._load()
         runs = RunTracker(config.stall_after)
         self.engine = Engine(config, SeriesBuffer(config.buffer), RuleSet(config.rules), runs=runs)
+        self.engine.buffer.pinned = self._alerting  # at the series limits, a series with an alert keeps its place
         self.state_dir = state or state_dir()
         self.sources: dict[str, Source] = {}
         self.health: dict[str, SourceHealth] = {}
@@ -474,6 +475,11 @@ class Service:
 
     def _child_identity(self) -> tuple[int, int] | None:
         return self.child.identity() if self.child is not None else None
+
+    def _alerting(self, key: SeriesKey) -> bool:
+        """Whether an alert is pending or firing on the series `key` (the buffer's `pinned`)."""
+        active = self.engine.state.active_pairs()
+        return any((rule.name, key) in active for rule in self.engine.ruleset.for_series(key))
 
     async def _action_report(self, report: ActionReport) -> None:
         """Tell people what an action notifier did (a kill, a W&B run stopped, ...): a notification to every

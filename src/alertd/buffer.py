@@ -9,10 +9,17 @@ step are dropped (the new history replaces them) and a `Restart` is returned to 
 rules see a continuous history instead of a false spike.
 
 Bounds on what the sources may make of it: at most `max_series` series in all and
-`max_series_per_source` per `source` label (a source's own `max_series` overrides it); beyond them
-the samples of NEW series are dropped (series already held keep updating), counted per source in
-`dropped`, logged once per source, and reported as the series `alertd.series.dropped{source=...}`
-(the total so far) so a rule can alert on it. Series named `alertd.*` (alertd's own) are exempt.
+`max_series_per_source` per `source` label (a source's own `max_series` overrides it). At a limit, a new
+series takes the place of the series idle longest (least recently appended to, of that source at its
+own limit, of any source at `max_series`) whose newest sample is `IDLE_EVICTABLE` seconds older than the
+arrival time or more, and on which no alert is pending or firing (`pinned`, the service's to say): it is
+forgotten (counted per source in `evicted`, logged once per source, reported as the series
+`alertd.series.evicted{source=...}`), so a new run's NaN is still seen when old runs fill the limit.
+Where no series is that idle, the samples of NEW series are dropped (series already held keep updating),
+counted per source in `dropped`, logged once per source, and reported as the series
+`alertd.series.dropped{source=...}` (the total so far) so a rule can alert on it. Series named `alertd.*`
+(alertd's own) are exempt. A series that comes back after it was forgotten goes on at the position it had
+reached, in a new generation, so a rule's reader sees its new samples and none twice.
 
 Sample times a rule could not use (NaN, infinite, after the year 9999 as when a writer gives
 milliseconds, or more than `max_future_skew` ahead of the arrival time `now`) are replaced by the
@@ -39,7 +46,7 @@ import math
 from array import array
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +65,13 @@ MAX_ENDS = 100_000
 
 DROPPED_METRIC = "alertd.series.dropped"
 """Per source, how many samples of new series were dropped at the series limits (a running total)."""
+EVICTED_METRIC = "alertd.series.evicted"
+"""Per source, how many idle series gave their place to new ones at the series limits (a running total)."""
+IDLE_EVICTABLE = 60.0
+"""Seconds without a new sample (by the samples' times, against the arrival time) after which a series may
+give its place to a new one at the series limits."""
+_EVICT_SCAN = 256
+"""Idle series one look over the buffer picks at most (the next ones to give their place)."""
 
 MAX_TIME = 253402300799.0
 """9999-12-31T23:59:59Z: a later sample time is unusable (a writer in milliseconds, or garbage)."""
@@ -204,6 +218,17 @@ class SeriesBuffer:
         self.retimed = 0
         """Samples whose own time was unusable and replaced (or, in a replay with nothing to go by, dropped)."""
         self._retime_warned: set[SeriesKey] = set()
+        self.evicted: Counter[str] = Counter()
+        """Idle series that gave their place to new ones at the series limits, by source."""
+        self.pinned: Callable[[SeriesKey], bool] | None = None
+        """Series that keep their place at the limits however idle (the service's: those with an active alert)."""
+        self._victims: dict[str | None, list[SeriesKey]] = {}
+        """Per source (None: any), the idle series found by the last look, the idlest last."""
+        self._no_idle_until: dict[str | None, float] = {}
+        """Per source (None: any), when the last look found none: the time before which none will be idle."""
+        self._forgotten: dict[SeriesKey, tuple[int, int]] = {}
+        """Evicted series: their generation and end position, where a series of that key goes on."""
+        self._evicted_now: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._series)
@@ -236,7 +261,8 @@ class SeriesBuffer:
             if series is None:
                 series = series_map.get(key)
                 if series is None:
-                    series = self._new_series(key, dropped)
+                    horizon = now if now is not None else sample.time  # NaN or beyond: nothing evicted
+                    series = self._new_series(key, dropped, horizon, touched)
                     if series is None:
                         continue
                     self._note_writer(key, sample.time)
@@ -261,11 +287,14 @@ class SeriesBuffer:
         """The end of an `append`: the dropped-samples series, the version, eviction, the change order."""
         series_map = self._series
         horizon = now if now is not None else latest
-        for source in dropped:
-            key = SeriesKey(DROPPED_METRIC, (("source", source),))
+        counts = [(DROPPED_METRIC, source, self.dropped) for source in dropped]
+        counts += [(EVICTED_METRIC, source, self.evicted) for source in self._evicted_now]
+        self._evicted_now.clear()
+        for metric, source, counter in counts:
+            key = SeriesKey(metric, (("source", source),))
             series = touched.get(key) or series_map.get(key) or series_map.setdefault(key, Series(key))
             if math.isfinite(horizon):
-                series.append(horizon, None, float(self.dropped[source]))
+                series.append(horizon, None, float(counter[source]))
                 touched[key] = series
         self.version += 1
         for key, series in touched.items():
@@ -349,13 +378,25 @@ class SeriesBuffer:
         self._finish(touched, dropped, float(times.max()), now)
         return True
 
-    def _new_series(self, key: SeriesKey, dropped: set[str]) -> Series | None:
-        """A new series, or None (counted, logged once per source) when a series limit is reached."""
+    def _new_series(
+        self,
+        key: SeriesKey,
+        dropped: set[str],
+        horizon: float | None = None,
+        busy: Mapping[SeriesKey, Series] | None = None,
+    ) -> Series | None:
+        """A new series; at a series limit in the place of the series idle longest at `horizon` (the arrival
+        time: see the module docstring; not one of `busy`, those appended to now), or None (counted, logged
+        once per source) when none is idle."""
         source = key.label("source") or ""
         if not key.metric.startswith("alertd."):
             limit = self.limits.series_limit(source)
             total = self._counted >= self.limits.max_series
-            if total or self._per_source[source] >= limit:
+            full = total or self._per_source[source] >= limit
+            if full and horizon is not None and -MAX_TIME < horizon <= MAX_TIME:
+                scope = source if self._per_source[source] >= limit else None
+                full = not self._make_room(scope, horizon, busy or {}, limit if scope is not None else None)
+            if full:
                 if not self.dropped[source]:
                     why = f"{self.limits.max_series} in all" if total else f"{limit} for this source"
                     log.warning(
@@ -372,7 +413,92 @@ class SeriesBuffer:
             self._per_source[source] += 1
             self._counted += 1
         series = self._series[key] = Series(key)
+        gone = self._forgotten.pop(key, None)
+        if gone is not None:  # back after it was evicted: on from where it was, in a new generation
+            series.generation = gone[0] + 1
+            series.base = gone[1]
+            series.cuts.append((series.generation, gone[1]))
         return series
+
+    def _make_room(
+        self, scope: str | None, horizon: float, busy: Mapping[SeriesKey, Series], limit: int | None
+    ) -> bool:
+        """Evict the series idle longest of source `scope` (None: of any source); False when none is idle."""
+        if self._no_idle_until.get(scope, -math.inf) > horizon:
+            return False
+        victims = self._victims.get(scope) or []
+        looked = False
+        while True:
+            if not victims:
+                if looked:
+                    return False
+                victims = self._victims[scope] = self._idle_series(scope, horizon)
+                looked = True
+                continue
+            key = victims.pop()
+            series = self._series.get(key)
+            if series is not None and key not in busy and self._idle(key, series, horizon):
+                self._evict(key, scope, limit)
+                return True
+
+    def _idle(self, key: SeriesKey, series: Series, horizon: float) -> bool:
+        last = series.last_time()
+        if last is not None and last > horizon - IDLE_EVICTABLE:
+            return False
+        return self.pinned is None or not self.pinned(key)
+
+    def _idle_series(self, scope: str | None, horizon: float) -> list[SeriesKey]:
+        """Up to `_EVICT_SCAN` idle series of `scope`, least recently appended to last; none found: noted,
+        with the time before which none will be, so the next new series do not look again before it."""
+        found: list[SeriesKey] = []
+        soonest = math.inf
+        for key in self._changed:  # least recently appended to first
+            if key.metric.startswith("alertd.") or (scope is not None and (key.label("source") or "") != scope):
+                continue
+            series = self._series[key]
+            last = series.last_time()
+            if last is not None and last > horizon - IDLE_EVICTABLE:
+                soonest = min(soonest, last + IDLE_EVICTABLE)
+            elif self.pinned is None or not self.pinned(key):
+                found.append(key)
+                if len(found) >= _EVICT_SCAN:
+                    break
+        if not found:  # (an alert that ends frees its series: look again a minute later at the latest)
+            self._no_idle_until[scope] = min(soonest, horizon + IDLE_EVICTABLE)
+        found.reverse()
+        return found
+
+    def _evict(self, key: SeriesKey, scope: str | None, limit: int | None) -> None:
+        """Forget `key`'s series (see the module docstring); counted, logged once per source."""
+        series = self._series.pop(key)
+        self._changed.pop(key, None)
+        source = key.label("source") or ""
+        self._per_source[source] -= 1
+        self._counted -= 1
+        if not self.evicted[source]:
+            why = f"{limit} for this source" if limit is not None else f"{self.limits.max_series} in all"
+            log.warning(
+                "source %s: the series limit (%s) is reached; the series idle longest (no sample for %gs or more, "
+                "no alert active) give their place to new ones (counted as the series %s)",
+                source,
+                why,
+                IDLE_EVICTABLE,
+                EVICTED_METRIC,
+                extra={"source": source},
+            )
+        self.evicted[source] += 1
+        self._evicted_now.add(source)
+        self._forgotten[key] = (series.generation, series.end)
+        if len(self._forgotten) > MAX_ENDS:
+            del self._forgotten[next(iter(self._forgotten))]
+        lineage = _lineage(key)
+        if lineage is not None and key in self._lineage.get(lineage, ()):
+            self._lineage[lineage].remove(key)
+            if not self._lineage[lineage]:
+                del self._lineage[lineage]
+        self._superseded.pop(key, None)
+        self._ends.pop(key, None)
+        self._retime_warned.discard(key)
 
     def fix_times(self, samples: list[Sample], now: float) -> list[Sample]:
         """The samples with each unusable time replaced by the arrival time `now` (see the module

@@ -62,11 +62,18 @@ class ServiceCollector(Collector):
         )
         for source, n in sorted(buffer.dropped.items()):
             dropped.add_metric([source], n)
+        evicted = CounterMetricFamily(
+            "alertd_series_evicted",
+            "Idle series that gave their place to new ones at the series limits.",
+            labels=["source"],
+        )
+        for source, n in sorted(buffer.evicted.items()):
+            evicted.add_metric([source], n)
         retimed = CounterMetricFamily(
             "alertd_samples_retimed", "Samples whose own time was unusable, kept at their arrival time."
         )
         retimed.add_metric([], buffer.retimed)
-        yield from (per_source, dropped, retimed)
+        yield from (per_source, dropped, evicted, retimed)
 
     def _sources(self) -> Iterator[Metric]:
         ingested = CounterMetricFamily("alertd_samples_ingested", "Samples read per source.", labels=["source"])
