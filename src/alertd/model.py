@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,10 +20,35 @@ Labels = tuple[tuple[str, str], ...]
 """Sorted (name, value) pairs: hashable and cheap to compare."""
 
 
+_UNENCODABLE = re.compile("[\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def encodable(text: str) -> str:
+    """`text` as UTF-8 can carry it: each lone surrogate written as a backslash escape, everything else kept.
+
+    A byte that is not UTF-8 in a file name (Python's surrogateescape: U+DC80..U+DCFF, from os.listdir and
+    os.scandir) becomes the text `\\xNN` (the byte: `bad\\xff`); any other lone surrogate (JSON may carry
+    one: `"\\ud800"`) becomes the text `\\uNNNN`. Names and label values are made so where they enter
+    (`make_labels`, `SeriesKey`), so that no fingerprint, database row, JSON body or log line fails on them.
+    """
+    if text.isascii():
+        return text
+    return _UNENCODABLE.sub(_escape, text)
+
+
 def make_labels(labels: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> Labels:
-    """Return labels in their canonical, sorted form, dropping empty values."""
+    """Return labels in their canonical, sorted form, dropping empty values; names and values that UTF-8
+    can't carry (a file name's invalid bytes, a lone surrogate) are escaped (`encodable`)."""
     items = labels.items() if isinstance(labels, Mapping) else labels
-    return tuple(sorted((str(k), str(v)) for k, v in items if v is not None and v != ""))
+    out = tuple(sorted((str(k), str(v)) for k, v in items if v is not None and v != ""))
+    if "".join([k + v for k, v in out]).isascii():
+        return out
+    return tuple(sorted((encodable(k), encodable(v)) for k, v in out))
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +60,8 @@ class SeriesKey:
     _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not self.metric.isascii():  # a tag, file or JSON name UTF-8 can't carry: escaped (`encodable`)
+            object.__setattr__(self, "metric", encodable(self.metric))
         object.__setattr__(self, "_hash", hash((self.metric, self.labels)))
 
     def __hash__(self) -> int:
@@ -161,9 +189,11 @@ def am_labels(rule: str, labels: Labels, severity: str) -> Labels:
 
 def labels_fingerprint(labels: Iterable[tuple[str, str]]) -> str:
     """Alertmanager's fingerprint (`model.LabelSet.Fingerprint` of prometheus/common): FNV-1a 64 over the
-    labels sorted by name, each name and value followed by a 0xff byte; 16 hex digits."""
+    labels sorted by name, each name and value followed by a 0xff byte; 16 hex digits. Never fails: a lone
+    surrogate (labels are escaped where they are made: `make_labels`) is hashed as its UTF-8 form."""
     h = 0xCBF29CE484222325
-    for byte in b"".join(n.encode() + b"\xff" + v.encode() + b"\xff" for n, v in sorted(labels)):
+    text = [(n.encode("utf-8", "surrogatepass"), v.encode("utf-8", "surrogatepass")) for n, v in sorted(labels)]
+    for byte in b"".join(n + b"\xff" + v + b"\xff" for n, v in text):
         h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return f"{h:016x}"
 
@@ -180,7 +210,7 @@ def legacy_fingerprint(rule: str, labels: Labels) -> str:
     to read a state directory written by an older alertd (`alertd.dispatch.plan.migrate_fingerprints`)."""
     h = 0xCBF29CE484222325
     for part in (rule, *(f"{k}\x00{v}" for k, v in labels)):
-        for byte in part.encode() + b"\xff":
+        for byte in part.encode("utf-8", "surrogatepass") + b"\xff":
             h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return f"{h:016x}"
 

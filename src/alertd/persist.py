@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alertd.model import AlertState, SeriesKey
+from alertd.model import AlertState, SeriesKey, make_labels
 from alertd.rules.evaluate import PairKey
 from alertd.rules.state import Track
 
@@ -168,7 +168,7 @@ class StateStore:
             try:
                 if data == _ITEMS:
                     rows = self.db.execute("SELECT item, data FROM cursor_items WHERE source = ?", (name,))
-                    out[name] = (fp, {item: json.loads(value) for item, value in rows})
+                    out[name] = (fp, {_item_name(item): json.loads(value) for item, value in rows})
                 else:
                     out[name] = (fp, json.loads(data))
             except ValueError:
@@ -204,8 +204,8 @@ def _series_json(key: SeriesKey) -> str:
 
 
 def _series_key(text: str) -> SeriesKey:
-    metric, labels = json.loads(text)
-    return SeriesKey(str(metric), tuple((str(k), str(v)) for k, v in labels))
+    metric, labels = json.loads(text)  # an earlier alertd's row may hold a lone surrogate: escaped, as sources do
+    return SeriesKey(str(metric), make_labels((str(k), str(v)) for k, v in labels))
 
 
 def _track_data(tr: Track) -> dict[str, Any]:
@@ -235,7 +235,26 @@ def _write_items(db: sqlite3.Connection, name: str, cursor: dict[str, Any], old:
     for item, value in cursor.items():
         before = old.get(item, _GONE)
         if before is not value and before != value:
-            changed.append((name, item, json.dumps(value)))
+            changed.append((name, _item_key(item), json.dumps(value)))
     db.executemany("INSERT OR REPLACE INTO cursor_items VALUES (?, ?, ?)", changed)
     gone = old.keys() - cursor.keys()
-    db.executemany("DELETE FROM cursor_items WHERE source = ? AND item = ?", [(name, item) for item in gone])
+    db.executemany("DELETE FROM cursor_items WHERE source = ? AND item = ?", [(name, _item_key(i)) for i in gone])
+
+
+def _item_key(item: str) -> str | bytes:
+    """A cursor item's name as SQLite takes it: the text, or where UTF-8 can't carry it (a file name with bytes
+    that are not UTF-8, a surrogateescape'd str) its bytes, stored as a BLOB; `_item_name` reads either back."""
+    if item.isascii():
+        return item
+    try:
+        item.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            return item.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return item.encode("utf-8", "surrogatepass")
+    return item
+
+
+def _item_name(item: str | bytes) -> str:
+    return item.decode("utf-8", "surrogateescape") if isinstance(item, bytes) else item

@@ -7,8 +7,9 @@
   looked at: a known file's new bytes, a known directory listed again, a new directory or event file
   added. The cost follows the change, not the number of files; the logdir itself reported is a full poll.
 - Labels: `source` (the configured name), `run` (the directory of the file relative to the logdir, with
-  `/`, `.` for the logdir itself), `host` and `pid` where the file name carries them. The metric is the
-  tag; time is the event's `wall_time`; step is the event's step.
+  `/`, `.` for the logdir itself; bytes that are not UTF-8 written `\\xNN`: `alertd.model.encodable`),
+  `host` and `pid` where the file name carries them. The metric is the tag; time is the event's `wall_time`;
+  step is the event's step.
 - Framing, corruption and truncated tails: see `alertd.sources.tensorboard.tfrecord`. Each corrupt record or region
   is logged once (file and byte offset) and counted in `corrupt_records`.
 - A `SessionLog.START` event is recorded in `restarts` as (run, step, wall_time) and logged at info.
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from alertd import progress
-from alertd.model import Sample, SeriesKey, make_labels
+from alertd.model import Sample, SeriesKey, encodable, make_labels
 from alertd.sources.config import TensorBoardConfig
 from alertd.sources.fileopen import NotRegularFile, not_regular, open_regular
 from alertd.sources.gcpause import gc_paused
@@ -540,8 +541,8 @@ class TensorBoardSource:
         rel = os.path.relpath(path, self._root).replace(os.sep, "/")
         if rel in self._tails:
             return
-        run = os.path.dirname(rel) or "."
-        tags = self._runs.setdefault(run, RunTags())
+        run = encodable(os.path.dirname(rel) or ".")  # the run label (a directory's invalid bytes as \xNN), and
+        tags = self._runs.setdefault(run, RunTags())  # the writer claims' run; `rel` keeps the bytes, for the cursor
         tail = _Tail(path, rel, run, self.name, tags, self._restore.pop(rel, (0, 0, 0)))
         self._tails[rel] = tail
         self._positions[rel] = tail.saved()

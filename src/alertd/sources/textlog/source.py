@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from alertd import progress
-from alertd.model import Sample
+from alertd.model import Sample, encodable
 from alertd.sources.config import TextLogConfig
 from alertd.sources.globs import glob_base, matching_files, run_of
 from alertd.sources.linetail import LineTail, NotRegularFile
@@ -96,12 +96,13 @@ class TextLogSource:
 
     @property
     def note(self) -> str | None:
-        """For the source's health: the files read that matched nothing (the first three), or None."""
+        """For the source's health: the files read that matched nothing (the first three), or None (a file
+        name's bytes that are not UTF-8 written `\\xNN`, as in the `run` label)."""
         files = self.unmatched()
         if not files:
             return None
         text = "; ".join(self.unmatched_text(p, n) for p, n in files[:3])
-        return text + (f"; and {len(files) - 3} more files" if len(files) > 3 else "")
+        return encodable(text + (f"; and {len(files) - 3} more files" if len(files) > 3 else ""))
 
     async def poll(self, now: float) -> Sequence[Sample]:
         """The samples of the lines written since the previous poll (file I/O in a worker thread)."""
