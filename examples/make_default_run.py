@@ -16,6 +16,7 @@ The story (one training step every 10 s, GPU readings every 10 s, t = seconds af
 - GPU 2 counts 2 new uncorrected ECC errors at t = 2500 and falls off the bus at t = 6500;
 - a W&B run crashes at t = 4000 (run_crashed); the `wb` source reports failing from t = 5010 (source_failing at 5130);
 - the `logs` source passes its series limit at t = 5500 (series_limit_reached: 120 samples of new series dropped);
+- alertd's state directory can't be written from t = 5600 to 5700, a full disk (state_not_saved at 5610);
 - a second run, an HF Trainer's printed log, logs its loss as 0 from step 55, t = 3550 (loss_zeroed: its NaN,
   hidden by the Trainer's NaN filter), and prints `NaN detected` at step 150, t = 4500 (nan_in_log);
 - a third, W&B run starts at t = 6000 and logs steps 0 to 50; its file ends with no exit record
@@ -82,6 +83,8 @@ def gpus() -> list[tuple[float, str]]:
         if i % 30 == 0:
             out.append((t, line("alertd.source.up", {"source": "wb"}, t, None, 0.0 if t >= 5000 else 1.0)))
     out.append((5500.0, line("alertd.series.dropped", {"source": "logs"}, 5500.0, None, 120.0)))
+    out.append((5600.0, line("alertd.state.saved", {}, 5600.0, None, 0.0)))  # appended at each change
+    out.append((5700.0, line("alertd.state.saved", {}, 5700.0, None, 1.0)))
     wb = {"source": "wb", "run": "team/lab/abc123", "run_name": "gpt-wb"}
     out.append((4000.0, line("run.crashed", wb, 4000.0, None, 1.0)))
     hf = {"source": "logs", "run": "bert/train.log"}

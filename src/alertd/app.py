@@ -66,6 +66,9 @@ from alertd.writers import WriterClaim, WriterRegistry
 log = logging.getLogger("alertd")
 
 SOURCE_UP = "alertd.source.up"
+STATE_SAVED = "alertd.state.saved"
+"""1 while the state directory takes every commit, 0 while it can't be written and alerting goes on from memory
+(appended when it changes; the series appears with the first failure): the default rule state_not_saved."""
 HOUSEKEEPING_EVERY = 10.0
 """Seconds between two evictions of old samples and prunings of old log entries."""
 WRITER_CHECK_EVERY = 2.0
@@ -181,6 +184,8 @@ class Service:
         self._writer_claims: dict[str, list[WriterClaim]] = {}
         self._reloading = False
         self._next_save = float("-inf")
+        self._saved_shown: float | None = None
+        """The last value of `alertd.state.saved` appended (None: none yet)."""
         self._planned: frozenset[PairKey] | None = None
         """The alerts active when the dispatcher last planned (None: plan at the next evaluation)."""
         self._alert_memo: dict[PairKey, Any] = {}
@@ -240,7 +245,28 @@ class Service:
     def save_state(self) -> None:
         """Commit the alert states and source cursors now (no plan: nothing new is due)."""
         self.outbox.commit_plan((), {}, also=self._state_writer())
-        self.store.committed()
+        self._saved()
+
+    def _saved(self) -> None:
+        """After a commit: the state store remembers what it wrote; where the directory could not take it (the
+        outbox went on in memory: `Outbox.unsaved`), the next commit that gets through writes everything."""
+        if self.outbox.unsaved is None:
+            self.store.committed()
+        else:
+            self.store.failed()
+
+    def _state_saved(self, now: float) -> list[Sample]:
+        """`alertd.state.saved` when it changes: none while all is well from the start (unless an alert restored
+        from an earlier run is on it, which needs the 1 to end)."""
+        value = 1.0 if self.outbox.unsaved is None and self.silences.unsaved is None else 0.0
+        if self._saved_shown is None:
+            active = self.engine.state.active_pairs()
+            if value == 1.0 and not any(key.metric == STATE_SAVED for _, key in active):
+                self._saved_shown = 1.0
+        if value == self._saved_shown:
+            return []
+        self._saved_shown = value
+        return [Sample(SeriesKey(STATE_SAVED, ()), now, None, value)]
 
     def _state_writer(self) -> Callable[[sqlite3.Connection], None]:
         self._next_save = self.clock.now() + SAVE_EVERY
@@ -643,7 +669,7 @@ class Service:
             self.store.failed()
             self.fatal(f"can't write the state directory {self.state_dir} ({exc}); alertd stops")
             return
-        self.store.committed()
+        self._saved()
         if transitions or (planned is not None and planned.notifications):  # to deliver, or group timers moved
             self._wake.set()
 
@@ -661,6 +687,9 @@ class Service:
         stalled = self.engine.runs.tick(now)
         if stalled:
             self.engine.buffer.append(stalled, now)
+        saved = self._state_saved(now)
+        if saved:
+            self.engine.buffer.append(saved, now)
         self.evaluate(now)
 
     async def check_writers(self, now: float, *, only_new: bool = False) -> None:
@@ -892,10 +921,13 @@ class Service:
 
     def close(self) -> None:
         """Save the state and close the state directory's databases."""
+        self.outbox.retry_now()  # what memory holds: a last try
         try:
             self.save_state()
         except sqlite3.Error as exc:
             self.fatal(f"can't write the state directory {self.state_dir} ({exc})")
+        if self.outbox.unsaved is not None:
+            self.fatal(f"can't write the state directory {self.state_dir} ({self.outbox.unsaved}): the state is lost")
         self.silences.close()
         self.outbox.close()
 

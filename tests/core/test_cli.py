@@ -171,6 +171,7 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "gpu_underutilized": 4800,
         "source_failing": 5130,
         "series_limit_reached": 5500,
+        "state_not_saved": 5610,
         "gpu_lost": 6500,
         "run_stalled": 5800,
         "run_finished": 6190,

@@ -1,9 +1,14 @@
-"""The silence store: in memory, optionally persisted to `<state dir>/silences.db` (an adapter)."""
+"""The silence store: in memory, optionally persisted to `<state dir>/silences.db` (an adapter).
+
+A change the database can't take (a full or read-only directory, a lock held elsewhere) stays in memory, in
+force; `unsaved` says why, and each later change or `prune` tries to write what is left over again."""
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
+import logging
 import sqlite3
 import uuid
 from dataclasses import replace
@@ -23,6 +28,9 @@ CREATE TABLE IF NOT EXISTS silences (
 """
 
 
+log = logging.getLogger("alertd.state")
+
+
 def new_silence_id() -> str:
     """A fresh random silence id."""
     return str(uuid.uuid4())
@@ -34,6 +42,9 @@ class SilenceStore:
     def __init__(self, directory: str | Path | None = None) -> None:
         self._items: dict[str, Silence] = {}
         self._db: sqlite3.Connection | None = None
+        self.unsaved: str | None = None
+        """Why the last write failed (the silences it did not write are kept in `_pending`); None: all written."""
+        self._pending: set[str] = set()
         if directory is not None:
             Path(directory).mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(Path(directory) / "silences.db", isolation_level=None)
@@ -75,8 +86,7 @@ class SilenceStore:
         old = [sid for sid, s in self._items.items() if s.ends_at < before]
         for sid in old:
             del self._items[sid]
-            if self._db is not None:
-                self._db.execute("DELETE FROM silences WHERE id = ?", (sid,))
+        self._write(old)
         return len(old)
 
     def close(self) -> None:
@@ -86,9 +96,36 @@ class SilenceStore:
             self._db = None
 
     def _save(self, s: Silence) -> None:
+        self._write([s.id])
+
+    def _write(self, ids: builtins.list[str]) -> None:
+        """Write (or delete, when gone) these silences and those a failed write left over, in one transaction."""
         if self._db is None:
             return
-        self._db.execute(
-            "INSERT OR REPLACE INTO silences VALUES (?, ?, ?, ?, ?, ?)",
-            (s.id, json.dumps([str(m) for m in s.matchers]), s.starts_at, s.ends_at, s.created_by, s.comment),
-        )
+        todo = self._pending | set(ids)
+        if not todo:
+            return
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            for sid in todo:
+                s = self._items.get(sid)
+                if s is None:
+                    self._db.execute("DELETE FROM silences WHERE id = ?", (sid,))
+                    continue
+                matchers = json.dumps([str(m) for m in s.matchers])
+                self._db.execute(
+                    "INSERT OR REPLACE INTO silences VALUES (?, ?, ?, ?, ?, ?)",
+                    (s.id, matchers, s.starts_at, s.ends_at, s.created_by, s.comment),
+                )
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if self._db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+            if self.unsaved is None:
+                log.error("can't write the silences (%s): they are in force, written once the directory works", exc)
+            self.unsaved, self._pending = str(exc) or type(exc).__name__, todo
+            return
+        if self.unsaved is not None:
+            log.warning("the silences are written again")
+        self.unsaved, self._pending = None, set()
