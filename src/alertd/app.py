@@ -4,10 +4,11 @@ Each source is polled by an APScheduler job at its own interval. A poll that bri
 them to the buffer and evaluates the rules at once; a tick at the evaluation interval evaluates the
 time-based conditions (`for`, `absent`, `keep_firing_for`). Transitions go to the dispatcher, which
 writes what is due to the outbox, in one transaction with the alert states and the cursors of the
-sources whose samples were evaluated (every evaluation that made a transition, and every SAVE_EVERY
-seconds); a delivery task sends it. A source that fails is retried with backoff, logged when its
-state changes, and visible as the series `alertd.source.up` (1 or 0); a poll that does not return
-within POLL_TIMEOUT counts as failed while it hangs (its thread is left to it).
+sources whose samples were evaluated (every evaluation that made a transition, within CURSOR_SAVE_AFTER
+of a read that brought samples, and every SAVE_EVERY seconds); a delivery task sends it. A source that
+fails is retried with backoff, logged when its state changes, and visible as the series `alertd.source.up`
+(1 or 0); a poll that does not return within POLL_TIMEOUT counts as failed while it hangs (its thread is
+left to it).
 Blocking work runs on daemon threads (`alertd.threads`), so nothing a source does keeps SIGTERM from
 ending the process; rules files are read and checked off the event loop on reload.
 """
@@ -51,7 +52,7 @@ from alertd.notify.config import ACTION_TYPES, KillConfig, NotifierConfig, actio
 from alertd.notify.registry import accepts, build_notifier
 from alertd.persist import Snapshot, StateStore
 from alertd.procfs import Procfs
-from alertd.rules.carry import carry_over, fingerprint, restored, rule_fingerprints
+from alertd.rules.carry import Seen, carry_over, fingerprint, restored, rule_fingerprints, seen_before, unseen
 from alertd.rules.evaluate import EvalState, Evaluation, PairKey, RuleSet, evaluate
 from alertd.runs import RunTracker, Writer
 from alertd.secretfiles import read_secret_file
@@ -75,8 +76,11 @@ WRITER_CHECK_EVERY = 2.0
 """Seconds between two looks at the TensorBoard writers' processes (new files are looked at at once)."""
 SAVE_EVERY = 10.0
 """Seconds between two commits of the alert states and cursors when no evaluation made a transition (one
-that did is committed at once, with what it planned). A crash reads at most this much again, which
-plans nothing new: the same transitions give the same idempotency keys."""
+that did is committed at once, with what it planned and the cursor of the source whose samples made it)."""
+CURSOR_SAVE_AFTER = 1.0
+"""Seconds after a read that brought samples and made no transition by which the next evaluation commits its
+source's cursor, with the alert states those samples made: a crash reads again at most this much, and what the
+saved state had evaluated of it is left out (`alertd.rules.carry.unseen`), so it plans nothing new."""
 POLL_TIMEOUT = 10.0
 """Seconds beyond its interval a source's poll may take before it counts as failed (it keeps its thread)."""
 TRANSITION_LOG = 20_000
@@ -168,6 +172,10 @@ class Service:
         """Sources that read something since their cursor was last taken."""
         self._ingesting: dict[str, int] = {}
         """Per source, polls that returned and whose samples are not ingested yet."""
+        self._cursor_owed: set[str] = set()
+        """Sources whose ingested samples their cursor taken does not cover: taken before their next read starts."""
+        self._seen: Seen = {}
+        """Per series, the last sample the restored state evaluated: what a source reads again is left out."""
         self._source_fps: dict[str, tuple[Config, str]] = {}
         """Per source, its configuration's fingerprint (and the configuration it is of)."""
         self._polls: dict[str, tuple[float, asyncio.Task[list[Sample]]]] = {}
@@ -232,6 +240,7 @@ class Service:
         """Take up the alert states and source cursors saved by the previous run."""
         tracks = self.store.load_tracks(rule_fingerprints(self.engine.ruleset))
         self.engine.state = restored(tracks, self.engine.ruleset, self.engine.buffer)
+        self._seen = seen_before(tracks)
         cursors = self.store.load_cursors()
         for name, source in self.sources.items():
             saved = cursors.get(name)
@@ -284,14 +293,28 @@ class Service:
         return self.store.writer(snap)
 
     def _take_cursor(self, name: str, source: Source) -> None:
-        """Note how far `source` has read: at a commit, while none of its polls runs and all it read is ingested
-        (its lock is free, its reading done). A source hands the same cursor while it has read nothing new."""
+        """Note how far `source` has read: at a commit, or before its next read starts, while none of its polls runs
+        and all it read is ingested (its lock is free, its reading done). A source hands the same cursor while it
+        has read nothing new."""
         cursor = getattr(source, "cursor", None)
         if cursor is not None:
             fp = self._source_fps.get(name)
             if fp is None or fp[0] is not self.config:
                 fp = self._source_fps[name] = (self.config, _config_fp(self.config.sources, name) or "")
             self._cursors[name] = (fp[1], cursor())
+        self._cursor_due.discard(name)
+        self._cursor_owed.discard(name)
+
+    def _ingested(self, name: str, samples: bool) -> None:
+        """A poll's samples are in the buffer, or go there in the evaluation that follows at once: the source's
+        cursor may be taken from now on, by the commit of the transitions they make (the same transaction),
+        else by the next commit, at the latest before the source's next read starts (`samples`: it brought some)."""
+        if self._ingesting.get(name):
+            self._ingesting[name] -= 1
+            self._cursor_due.add(name)
+            if samples:
+                self._cursor_owed.add(name)
+                self._next_save = min(self._next_save, self.clock.now() + CURSOR_SAVE_AFTER)
 
     async def reload(self) -> list[str]:
         """Load the rules files again, off the event loop. On an error, say what is wrong and keep the running
@@ -544,6 +567,8 @@ class Service:
         if task is None:
             changed = self._changed.pop(name, None)
             paths = changed if woken else None
+            if name in self._cursor_owed and not self._ingesting.get(name):  # what it read so far is evaluated:
+                self._take_cursor(name, source)  # a commit while it reads on keeps the cursor of that
             task = asyncio.get_running_loop().create_task(_poll(source, now, paths), name=f"poll:{name}")
             self._polls[name] = (now, task)
             health.polls += 1
@@ -569,9 +594,7 @@ class Service:
                     await self.check_writers(now, only_new=True)
                 await self._ingest_poll(name, source, samples, now)
             finally:
-                if self._ingesting.get(name):
-                    self._ingesting[name] -= 1
-                    self._cursor_due.add(name)  # taken at the next commit (what the samples came with is theirs)
+                self._ingested(name, bool(samples))  # (done before the last slice, unless a slice failed)
         finally:
             health.busy = False
         if name in self._changed:
@@ -600,6 +623,7 @@ class Service:
             now = max(now, self.clock.now())  # the later slices are taken later
         over = health.failures or cuts or buffer.dropped[name] > dropped or health.cut is not None
         up = Sample(SeriesKey(SOURCE_UP, make_labels({"source": name})), now, None, 0.0 if over else 1.0)
+        self._ingested(name, bool(samples))  # the commit of what the last slice makes takes the poll's cursor
         self.ingest([*samples[done:], up], now)
         if health.failures:
             return
@@ -615,6 +639,8 @@ class Service:
     def ingest(self, samples: list[Sample], now: float) -> None:
         """Append samples and what they say of their runs, evaluate at `now`, hand the transitions on."""
         samples = self.engine.buffer.fix_times(samples, now)  # unusable times: the arrival clock
+        if self._seen:  # after a restart: what the saved state evaluated, read again, is not judged twice
+            samples = unseen(samples, self._seen)
         derived = self.engine.runs.observe(samples, now)
         if derived:  # series of their own (or `run.finished` where no source wrote it): order kept
             samples = [*samples, *derived]

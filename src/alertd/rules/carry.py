@@ -63,3 +63,34 @@ def restored(tracks: Mapping[PairKey, Track], ruleset: RuleSet, buffer: SeriesBu
             timers[pair] = due
     joins = find_joins(ruleset, buffer, tracks)
     return EvalState(dict(tracks), timers, buffer.version, frozenset(ruleset.by_name), joins=joins)
+
+
+Seen = dict[SeriesKey, tuple[float, int | None]]
+"""Per series, the last sample the restored tracks evaluated: (time, step)."""
+
+
+def seen_before(tracks: Mapping[PairKey, Track]) -> Seen:
+    """The last sample each series' restored tracks evaluated (`restored` gives it back to the buffer)."""
+    seen: Seen = {}
+    for (_, key), tr in tracks.items():
+        if tr.last_time is not None and (key not in seen or tr.time > seen[key][0]):
+            seen[key] = (tr.time, tr.step)
+    return seen
+
+
+def unseen(samples: list[Sample], seen: Seen) -> list[Sample]:
+    """The samples the restored state has not evaluated yet: a series' samples up to the last one its tracks saw
+    (by time, and by step where both have one) are left out, as a source that reads again what it read before
+    a crash gives them (its cursor committed before the state of its last samples: see `alertd.persist`).
+    A series' first newer sample ends its check (`seen` loses it): from there its samples are new, a step
+    that goes back included (a checkpoint restart, judged as such)."""
+    out = []
+    for s in samples:
+        last = seen.get(s.series)
+        if last is not None:
+            time, step = last
+            if s.time <= time and (s.step is None or step is None or s.step <= step):
+                continue  # evaluated before the restart
+            del seen[s.series]
+        out.append(s)
+    return out
