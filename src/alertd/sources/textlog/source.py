@@ -50,7 +50,7 @@ _RETIRED = 1024
 class _File:
     """One followed log file: its tail and its stream of lines."""
 
-    __slots__ = ("error", "path", "run", "stream", "tail", "warned")
+    __slots__ = ("error", "path", "run", "saved", "stream", "tail", "warned")
 
     def __init__(self, path: str, run: str, source: str) -> None:
         self.path = path
@@ -59,6 +59,8 @@ class _File:
         self.stream = LogStream(path, {"source": source, "run": run})
         self.error = ""
         self.warned = False
+        self.saved: dict[str, Any] | None = None
+        """Its entry of `cursor()`, made again only after a read that moved it (None: to make)."""
 
 
 class TextLogSource:
@@ -162,6 +164,8 @@ class TextLogSource:
             self._warn(f, f"can't be read: {exc.strerror or exc}; retrying at the next poll")
             return
         f.error = ""
+        if chunk.lines or chunk.reset or chunk.retired is not None or f.tail.offset != start:
+            f.saved = None  # its position or its parse state moved
         if chunk.retired is not None:
             ident = chunk.retired.get("ident")
             if isinstance(ident, list):
@@ -183,11 +187,15 @@ class TextLogSource:
     # restart
 
     def cursor(self) -> dict[str, Any]:
-        """Per file path: the tail's cursor and the parse state."""
+        """Per file path: the tail's cursor and the parse state. A file's entry is made again only after a read
+        moved it (the service takes the cursor after every read that brought samples; the entries of the files
+        that did not move are the same objects, which the state store does not write again)."""
         with self._lock:
             cur = dict(self._restore)
             for path, f in self._files.items():
-                cur[path] = {"tail": f.tail.cursor(), "parse": f.stream.state.to_json()}
+                if f.saved is None:
+                    f.saved = {"tail": f.tail.cursor(), "parse": f.stream.state.to_json()}
+                cur[path] = f.saved
             return cur
 
     def restore(self, cursor: dict[str, Any]) -> None:
