@@ -80,7 +80,11 @@ that did is committed at once, with what it planned and the cursor of the source
 CURSOR_SAVE_AFTER = 1.0
 """Seconds after a read that brought samples and made no transition by which the next evaluation commits its
 source's cursor, with the alert states those samples made: a crash reads again at most this much, and what the
-saved state had evaluated of it is left out (`alertd.rules.carry.unseen`), so it plans nothing new."""
+saved state had evaluated of it is left out (`alertd.rules.carry.unseen`), so it plans nothing new. Longer
+where writing the states takes long (thousands of series changing at once): SAVE_SHARE."""
+SAVE_SHARE = 0.05
+"""At most this share of the time goes to writing the alert states for the cursors' sake (CURSOR_SAVE_AFTER is
+stretched to the last write's duration divided by it)."""
 POLL_TIMEOUT = 10.0
 """Seconds beyond its interval a source's poll may take before it counts as failed (it keeps its thread)."""
 TRANSITION_LOG = 20_000
@@ -174,6 +178,8 @@ class Service:
         """Per source, polls that returned and whose samples are not ingested yet."""
         self._cursor_owed: set[str] = set()
         """Sources whose ingested samples their cursor taken does not cover: taken before their next read starts."""
+        self._save_took = 0.0
+        """Seconds the last commit of the alert states and cursors took to write them."""
         self._seen: Seen = {}
         """Per series, the last sample the restored state evaluated: what a source reads again is left out."""
         self._source_fps: dict[str, tuple[Config, str]] = {}
@@ -290,7 +296,14 @@ class Service:
         dirty = frozenset(engine.dirty) if engine.dirty is not None else None
         snap = Snapshot(engine.state.tracks, rule_fingerprints(engine.ruleset), cursors, self.clock.now(), dirty)
         engine.dirty = set()  # from here on; `failed()` makes the next commit compare everything
-        return self.store.writer(snap)
+        write = self.store.writer(snap)
+
+        def timed(db: sqlite3.Connection) -> None:
+            began = time.perf_counter()
+            write(db)
+            self._save_took = time.perf_counter() - began
+
+        return timed
 
     def _take_cursor(self, name: str, source: Source) -> None:
         """Note how far `source` has read: at a commit, or before its next read starts, while none of its polls runs
@@ -314,7 +327,8 @@ class Service:
             self._cursor_due.add(name)
             if samples:
                 self._cursor_owed.add(name)
-                self._next_save = min(self._next_save, self.clock.now() + CURSOR_SAVE_AFTER)
+                after = max(CURSOR_SAVE_AFTER, self._save_took / SAVE_SHARE)
+                self._next_save = min(self._next_save, self.clock.now() + after)
 
     async def reload(self) -> list[str]:
         """Load the rules files again, off the event loop. On an error, say what is wrong and keep the running
