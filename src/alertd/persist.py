@@ -7,6 +7,9 @@ last commit is written (tracks are copied, never changed in place, so identity t
 restored only for a rule whose definition is unchanged (its config's fingerprint is stored with it).
 Restored tracks start at position 0 of the new, empty buffer; the sources resume from their cursors, so
 old data is not read again, a firing alert does not fire again, and a pending `for:` keeps its start time.
+A cursor is taken only while its source's samples are all evaluated, so the one committed is never ahead of
+the tracks committed with it; what a source reads again that the tracks had evaluated (a crash in the middle
+of a large read) is left out after the restart (`alertd.rules.carry.unseen`).
 A `state.db` left by an earlier version is read once and renamed `state.db.imported`.
 """
 
