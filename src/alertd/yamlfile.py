@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,9 +95,7 @@ def load_yaml(path: str, env: Mapping[str, str] | None = None, *, keep_going: bo
 def parse_yaml(text: str, file: str, env: Mapping[str, str], *, keep_going: bool = False) -> Document:
     """Parse YAML text; raise ConfigError with the line of a syntax error, or of a bad variable or a duplicate
     key (with `keep_going`, those two are kept in `Document.problems` instead)."""
-    loader: yaml.SafeLoader | None = None
-    try:
-        loader = yaml.SafeLoader(text)
+    with _loading(text, file) as loader:
         root = loader.get_single_node()
         problems: list[Problem] = []
         if root is not None:
@@ -105,18 +104,6 @@ def parse_yaml(text: str, file: str, env: Mapping[str, str], *, keep_going: bool
         if problems and not keep_going:
             raise ConfigError(problems)
         data = loader.construct_document(root) if root is not None else None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        message = " ".join(str(x) for x in (exc.context, exc.problem) if x)
-        raise ConfigError([Problem(file, "", f"invalid YAML: {message}", line)]) from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError([Problem(file, "", f"invalid YAML: {exc}")]) from exc
-    except RecursionError:
-        raise ConfigError([Problem(file, "", "invalid YAML: nested too deeply")]) from None
-    finally:
-        if loader is not None:
-            loader.dispose()
     return Document(file, data, root, problems)
 
 
@@ -124,14 +111,22 @@ def parse_data(text: str, file: str, *, max_nodes: int, max_chars: int) -> Any:
     """Plain YAML data (a source's file: no `${VAR}` expansion) within bounds: at most `max_nodes` values and
     `max_chars` characters of scalars, both counted with the aliases expanded, before anything is built.
     ConfigError (one problem, naming the bound passed, or saying what is wrong with the YAML)."""
-    loader: yaml.SafeLoader | None = None
-    try:
-        loader = yaml.SafeLoader(text)
+    with _loading(text, file) as loader:
         root = loader.get_single_node()
         if root is None:
             return None
         _check_size(root, file, max_nodes, max_chars)
         return loader.construct_document(root)
+
+
+@contextmanager
+def _loading(text: str, file: str) -> Iterator[yaml.SafeLoader]:
+    """A safe loader of `text`, disposed of at the end; what PyYAML raises becomes one ConfigError naming
+    `file` (and the line, where PyYAML knows it)."""
+    loader: yaml.SafeLoader | None = None
+    try:
+        loader = yaml.SafeLoader(text)
+        yield loader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         message = " ".join(str(x) for x in (exc.context, exc.problem) if x)
