@@ -43,7 +43,7 @@ rules:
 TRAINER = r"""
 import math, signal, sys, time
 from alertd.testing.tbwriter import ScalarWriter
-from alertd.writers import hold
+from alertd.runs.writers import hold
 got = []
 signal.signal(signal.SIGINT, lambda *a: got.append(time.time()))
 w = ScalarWriter(sys.argv[1])

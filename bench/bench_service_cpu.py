@@ -23,7 +23,8 @@ WARMUP, MEASURE = 5.0, 30.0
 
 
 def child(rules: str, state: str) -> None:
-    from alertd.app import Service, _main
+    from alertd.service import Service
+    from alertd.service.main import serve as _main
     from alertd.sources.nvml import NvmlSource
     from alertd.testing.fake_nvml import FakeNvml, make_gpus
 

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from tensorboard.compat.proto import event_pb2
 
-from alertd.app import HOUSEKEEPING_EVERY
+from alertd.service.service import HOUSEKEEPING_EVERY
 from alertd.sources.tensorboard.tfrecord import frame
 from alertd.testing.receiver import Receiver
 from alertd.testing.tbwriter import scalar_record

@@ -331,33 +331,9 @@ class SeriesBuffer:
             groups.setdefault(key, []).append(ident)
         ids = np.frombuffer(key_ids, np.uint64) if len(groups) > 1 else None
         picks = [None] if ids is None else _group_rows(ids, groups)
-        plan: list[tuple[SeriesKey, Series | None, Any]] = []
-        new_lineages: set[SeriesKey] = set()
-        counted = self._counted
-        per_source: Counter[str] = Counter()
-        for key, rows in zip(groups, picks, strict=True):
-            series = self._series.get(key)
-            s = steps if rows is None else steps[rows]
-            if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):
-                return None  # a restart inside the batch
-            if series is not None:
-                if len(series.steps) > series.start and series.steps[-1] != NO_STEP and s[0] < series.steps[-1]:
-                    return None  # a restart at its first sample
-            else:
-                source = key.label("source") or ""
-                if not key.metric.startswith("alertd."):
-                    if counted >= self.limits.max_series:
-                        return None
-                    if self._per_source[source] + per_source[source] >= self.limits.series_limit(source):
-                        return None
-                    counted += 1
-                    per_source[source] += 1
-                lineage = _lineage(key)
-                if lineage is not None:
-                    if lineage in new_lineages or any(k in groups for k in self._lineage.get(lineage, ())):
-                        return None  # which writer took over would depend on the order within the batch
-                    new_lineages.add(lineage)
-            plan.append((key, series, rows))
+        plan = self._bulk_plan(groups, picks, steps)
+        if plan is None:
+            return None
         touched: dict[SeriesKey, Series] = {}
         dropped: set[str] = set()
         for key, known, rows in plan:
@@ -377,6 +353,41 @@ class SeriesBuffer:
                     self._note_finished(key, when, value)
         self._finish(touched, dropped, float(times.max()), now)
         return True
+
+    def _bulk_plan(
+        self, groups: dict[SeriesKey, list[int]], picks: list[Any], steps: Any
+    ) -> list[tuple[SeriesKey, Series | None, Any]] | None:
+        """Each series of a bulk batch with its rows, or None where the batch must go sample by sample: a step
+        going back (a restart), a series limit met, two writers of one lineage new in the batch."""
+        plan: list[tuple[SeriesKey, Series | None, Any]] = []
+        new_lineages: set[SeriesKey] = set()
+        counted = self._counted
+        per_source: Counter[str] = Counter()
+        for key, rows in zip(groups, picks, strict=True):
+            series = self._series.get(key)
+            s = steps if rows is None else steps[rows]
+            if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):
+                return None  # a restart inside the batch
+            if series is not None:
+                if len(series.steps) > series.start and series.steps[-1] != NO_STEP and s[0] < series.steps[-1]:
+                    return None  # a restart at its first sample
+                plan.append((key, series, rows))
+                continue
+            if not key.metric.startswith("alertd."):
+                source = key.label("source") or ""
+                if counted >= self.limits.max_series:
+                    return None
+                if self._per_source[source] + per_source[source] >= self.limits.series_limit(source):
+                    return None
+                counted += 1
+                per_source[source] += 1
+            lineage = _lineage(key)
+            if lineage is not None:
+                if lineage in new_lineages or any(k in groups for k in self._lineage.get(lineage, ())):
+                    return None  # which writer took over would depend on the order within the batch
+                new_lineages.add(lineage)
+            plan.append((key, series, rows))
+        return plan
 
     def _new_series(
         self,
@@ -578,11 +589,15 @@ class SeriesBuffer:
 
     def run_finished_at(self, key: SeriesKey) -> float | None:
         """When the series' run was marked finished (same source and run labels), if it was."""
+        if not self._finished:  # the usual case, asked for every pair an evaluation steps: no label look-ups
+            return None
         return self._finished.get((key.label("source"), key.label("run")))
 
     def finished_at(self, key: SeriesKey) -> float | None:
         """When the series stopped for a known reason: its run was marked finished (same source and run
         labels), or another process took over writing it (same labels but `pid`/`host`)."""
+        if not self._finished and not self._superseded:
+            return None
         done = self._finished.get((key.label("source"), key.label("run")))
         superseded = self._superseded.get(key)
         if done is None or superseded is None:

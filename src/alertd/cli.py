@@ -365,7 +365,7 @@ def _source_from_spec(cfg: Config, spec: str) -> SourceConfig:
 
 
 def _exec(ns: argparse.Namespace) -> int:
-    from alertd.app import run_exec
+    from alertd.service.exec import run_exec
 
     command = ns.argv[1:] if ns.argv[:1] == ["--"] else ns.argv
     if not command:
@@ -391,7 +391,7 @@ def default_rules() -> Path:
 
 
 def _run(ns: argparse.Namespace) -> int:
-    from alertd.app import run_service
+    from alertd.service.main import run_service
 
     status: int = run_service(ns.rules, listen=ns.listen, state_dir=ns.state_dir, log_format=ns.log_format)
     return status

@@ -16,7 +16,7 @@ from alertd._np import np
 from alertd.buffer import MAX_TIME, BufferLimits, SeriesBuffer
 from alertd.model import Restart, Sample, SeriesKey, Transition, format_time, format_value, shown_annotations
 from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
-from alertd.runs import RunTracker
+from alertd.runs.tracker import RunTracker
 
 CHUNK = 256
 """Samples fed between two evaluations. Results don't depend on it; memory and speed do."""

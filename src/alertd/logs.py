@@ -30,7 +30,7 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """`12:00:01 WARNING alertd.app: message key=value`."""
+    """`12:00:01 WARNING alertd: message key=value`."""
 
     def format(self, record: logging.LogRecord) -> str:
         extra = " ".join(f"{k}={v}" for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_"))

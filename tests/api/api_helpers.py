@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from alertd.api import serve_api
-from alertd.app import Service
+from alertd.service import Service
 
 HOOK_TOKEN = "tok-SECRET-7f3a9c"
 """A secret in the webhook URL of the rules file: no response may contain it."""

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from api_helpers import make_env, serving, write_rules
 
-from alertd.app import Service
 from alertd.model import Sample, SeriesKey, make_labels
+from alertd.service import Service
 
 pytestmark = pytest.mark.anyio
 ALERTD = {"format": "alertd"}

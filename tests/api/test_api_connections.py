@@ -16,7 +16,7 @@ import pytest
 from api_helpers import Served, make_env, serving
 
 from alertd.api.server import HEAD_TIMEOUT, LINGER, AcceptErrors
-from alertd.app import Service
+from alertd.service import Service
 
 RULES = """\
 sources:

@@ -12,7 +12,7 @@ from api_helpers import Receiver, make_env, serving
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from alertd.app import Service
+from alertd.service import Service
 
 pytestmark = pytest.mark.anyio
 T0 = 1_717_000_000.0

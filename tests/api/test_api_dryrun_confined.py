@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from api_helpers import make_env, serving
 
-from alertd.app import Service
+from alertd.service import Service
 from alertd.testing.tbwriter import ScalarWriter
 
 pytestmark = pytest.mark.anyio

@@ -14,7 +14,7 @@ import pytest
 from api_helpers import Served, free_port, make_env, serving
 
 from alertd.api.hosts import AllowedHosts, host_name, split_hosts
-from alertd.app import Service
+from alertd.service import Service
 
 RULES = """\
 sources:

@@ -14,7 +14,7 @@ import pytest
 from api_helpers import make_env, serving
 from test_api_dryrun import write_tb
 
-from alertd.app import Service
+from alertd.service import Service
 
 pytestmark = pytest.mark.anyio
 TOKEN = "pages-token-1234"

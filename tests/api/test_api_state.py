@@ -10,8 +10,8 @@ import pytest
 from api_helpers import HOOK_TOKEN, make_env, sample_line, serving, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
-from alertd.app import Service
 from alertd.model import Sample, SeriesKey, make_labels
+from alertd.service import Service
 
 pytestmark = pytest.mark.anyio
 ALERTD = {"format": "alertd"}

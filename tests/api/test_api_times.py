@@ -12,8 +12,8 @@ import httpx
 import pytest
 from api_helpers import make_env, serving
 
-from alertd.app import Service
 from alertd.model import Sample, SeriesKey, make_labels
+from alertd.service import Service
 
 pytestmark = pytest.mark.anyio
 

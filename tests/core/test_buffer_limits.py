@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from alertd.app import Service
 from alertd.buffer import DROPPED_METRIC, BufferLimits, SeriesBuffer
 from alertd.clock import FakeClock
 from alertd.config import load_config
 from alertd.model import AlertState, Sample, SeriesKey, make_labels
 from alertd.rules.evaluate import RuleSet, evaluate
+from alertd.service import Service
 from alertd.testing.tbwriter import ScalarWriter
 
 NOW = 1_780_000_000.0

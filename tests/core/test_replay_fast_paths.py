@@ -23,12 +23,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from alertd import buffer as buffer_module
-from alertd import dryrun, runs
+from alertd import dryrun
 from alertd.buffer import BufferLimits, SeriesBuffer
 from alertd.config import load_config
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.rules import RuleSet
-from alertd.runs import RunTracker
+from alertd.runs import tracker as runs
+from alertd.runs.tracker import RunTracker
 
 DEFAULT_RULES = Path(__file__).resolve().parents[2] / "rules" / "default.yaml"
 SLOW = 10**9

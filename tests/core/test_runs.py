@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alertd.model import Sample, SeriesKey, make_labels
-from alertd.runs import EndReason, RunState, RunTracker, Writer
+from alertd.runs.tracker import EndReason, RunState, RunTracker, Writer
 
 
 def s(metric: str, t: float, step: int | None = None, value: float = 1.0, run: str = "r1", **extra: str) -> Sample:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from alertd.actions.kill import KillReport, SentSignal
+from alertd.actions.wandb_stop import WandbStopReport
 from alertd.dispatch.announce import announcements
 from alertd.model import Alert, AlertState, make_labels
-from alertd.notify.kill import KillReport, SentSignal
-from alertd.notify.wandb_stop import WandbStopReport
 
 from .helpers import route
 

@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from alertd.child import fd_actions
-from alertd.childtee import LIMIT, TEE, read_frames
+from alertd.service.child import fd_actions
+from alertd.service.childtee import LIMIT, TEE, read_frames
 
 RULES = """
 notifiers: {console: {type: log}}

@@ -6,7 +6,7 @@ MODE says how the event file is written, as the writers found in the wild do:
 - `open`: through tensorboard's RecordWriter over a file object kept open for writing, as TensorFlow's
   GFile and tensorboardX do; the name is torch's, `events.out.tfevents.<secs>.<HOST>.<pid>.0`.
 - `hold`: tensorboard's EventFileWriter (which, without TensorFlow, opens the file only while it
-  writes), plus `alertd.writers.hold()` on it, as alertd's training callback does.
+  writes), plus `alertd.runs.writers.hold()` on it, as alertd's training callback does.
 - `stub`: tensorboard's EventFileWriter alone: the file is never held open between writes.
 - `close`: as `open`, then the file is closed as soon as READY.close appears (READY.closed says done);
   the process keeps running.
@@ -30,7 +30,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from alertd.writers import hold
+from alertd.runs.writers import hold
 
 logdir, ready, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 host = sys.argv[4] if len(sys.argv) > 4 else socket.gethostname()

@@ -10,8 +10,8 @@ import pydantic
 import pytest
 from kill_helpers import PYTHON, Spawner, firing, notification, signals_received, wait_for
 
-from alertd.notify.config import KillConfig
-from alertd.notify.kill import KillNotifier
+from alertd.actions.config import KillConfig
+from alertd.actions.kill import KillNotifier
 
 pytestmark = pytest.mark.anyio
 

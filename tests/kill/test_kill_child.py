@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from kill_helpers import PYTHON, Spawner, firing, notification, proc_state, wait_for
 
-from alertd.notify.config import KillConfig
-from alertd.notify.kill import KillNotifier
-from alertd.procfs import Procfs
+from alertd.actions.config import KillConfig
+from alertd.actions.kill import KillNotifier
+from alertd.runs.procfs import Procfs
 
 pytestmark = pytest.mark.anyio
 HOST = socket.gethostname()

@@ -22,11 +22,11 @@ from kill_helpers import (
     wait_for,
 )
 
+from alertd.actions.config import KillConfig
+from alertd.actions.kill import KillNotifier, KillReport
 from alertd.errors import NotifyError
 from alertd.model import TransitionKind
-from alertd.notify.config import KillConfig
-from alertd.notify.kill import KillNotifier, KillReport
-from alertd.writers import WriterRegistry
+from alertd.runs.writers import WriterRegistry
 
 pytestmark = pytest.mark.anyio
 

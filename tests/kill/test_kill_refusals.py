@@ -13,11 +13,12 @@ import pydantic
 import pytest
 from kill_helpers import Spawner, firing, notification, proc_state, signals_received, wait_for
 
+from alertd.actions.config import KillConfig
+from alertd.actions.kill import KillNotifier, KillReport
+from alertd.actions.targets import WriterLookup
 from alertd.errors import NotifyError
-from alertd.notify.config import KillConfig
-from alertd.notify.kill import KillNotifier, KillReport, WriterLookup
-from alertd.procfs import Procfs
-from alertd.writers import VerifiedWriter
+from alertd.runs.procfs import Procfs
+from alertd.runs.writers import VerifiedWriter
 
 pytestmark = pytest.mark.anyio
 HOST = socket.gethostname()
@@ -52,7 +53,7 @@ async def test_never_pid_1(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> 
     """pid 1 from a pidfile is refused (and logged at error level); the config rejects `pid: 1`."""
     pidfile = tmp_path / "init.pid"
     pidfile.write_text("1\n")
-    with caplog.at_level(logging.ERROR, logger="alertd.notify.kill"):
+    with caplog.at_level(logging.ERROR, logger="alertd.actions.kill"):
         report = await refused(kill_cfg(target="pidfile", pidfile=str(pidfile)), {})
     assert "init" in str(report.refused)
     assert any(r.levelno == logging.ERROR and "REFUSED pid 1" in r.getMessage() for r in caplog.records)

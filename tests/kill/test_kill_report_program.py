@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from kill_helpers import PYTHON, Spawner, firing, notification, wait_for
 
-from alertd.notify.config import KillConfig
-from alertd.notify.kill import KillNotifier, KillReport
-from alertd.procfs import program_name
+from alertd.actions.config import KillConfig
+from alertd.actions.kill import KillNotifier, KillReport
+from alertd.runs.procfs import program_name
 
 pytestmark = pytest.mark.anyio
 

@@ -22,9 +22,9 @@ from kill_helpers import (
     wait_for,
 )
 
-from alertd.notify.config import KillConfig
-from alertd.notify.kill import KillNotifier, KillReport
-from alertd.procfs import Procfs
+from alertd.actions.config import KillConfig
+from alertd.actions.kill import KillNotifier, KillReport
+from alertd.runs.procfs import Procfs
 
 pytestmark = pytest.mark.anyio
 ROOT = os.geteuid() == 0
@@ -153,8 +153,8 @@ def test_cmdline_matching_alertd_itself_does_not_block(spawner: Spawner) -> None
         "import asyncio, json, sys\n"
         f"sys.path.insert(0, {str(HERE)!r})\n"
         "from kill_helpers import firing, notification\n"
-        "from alertd.notify.config import KillConfig\n"
-        "from alertd.notify.kill import KillNotifier\n"
+        "from alertd.actions.config import KillConfig\n"
+        "from alertd.actions.kill import KillNotifier\n"
         "async def main():\n"
         "    spec = {'type': 'kill', 'target': 'cmdline', 'cmdline': sys.argv[1], 'grace': 0.2}\n"
         "    cfg = KillConfig.model_validate(spec)\n"

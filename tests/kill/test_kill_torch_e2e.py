@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 from service_helpers import Alertd, wait_for
 
+from alertd.runs.writers import BIRTH_TIME, NAME_TIME
 from alertd.testing.receiver import Receiver, free_port
-from alertd.writers import BIRTH_TIME, NAME_TIME
 
 TRAINER = r"""
 import math, signal, sys, time

@@ -26,12 +26,12 @@ from pathlib import Path
 import pytest
 from kill_helpers import Spawner, firing, nan_labels, notification, own_pid_alive, spawn_with_pid, tb_source, wait_for
 
-from alertd.notify.config import KillConfig
-from alertd.notify.kill import KillNotifier, KillReport
+from alertd.actions.config import KillConfig
+from alertd.actions.kill import KillNotifier, KillReport
+from alertd.runs.writers import BIRTH_TIME, NAME_TIME, OWNER, WriterClaim, WriterRegistry
 from alertd.sources.config import SamplesConfig
 from alertd.sources.samples import SamplesSource
 from alertd.testing.tbwriter import ScalarWriter
-from alertd.writers import BIRTH_TIME, NAME_TIME, OWNER, WriterClaim, WriterRegistry
 
 pytestmark = pytest.mark.anyio
 HOST = socket.gethostname()

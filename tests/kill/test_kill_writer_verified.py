@@ -26,11 +26,10 @@ from kill_helpers import (
     wait_for,
 )
 
-from alertd.notify.config import KillConfig
-from alertd.notify.kill import KillNotifier
-from alertd.procfs import Procfs
-from alertd.testing.tbwriter import ScalarWriter
-from alertd.writers import (
+from alertd.actions.config import KillConfig
+from alertd.actions.kill import KillNotifier
+from alertd.runs.procfs import Procfs
+from alertd.runs.writers import (
     BIRTH_TIME,
     HOLDS,
     NAME_TIME,
@@ -40,6 +39,7 @@ from alertd.writers import (
     WriterRegistry,
     birth_time,
 )
+from alertd.testing.tbwriter import ScalarWriter
 
 pytestmark = pytest.mark.anyio
 HOST = socket.gethostname()
@@ -163,7 +163,7 @@ async def test_a_verified_writer_is_stopped(spawner: Spawner, tmp_path: Path, mo
     """A child that holds its own event file open for writing is verified and gets SIGINT; it exits 0.
 
     `open`: the file written through an open file object (TensorFlow, tensorboardX); `hold`: tensorboard's
-    EventFileWriter plus `alertd.writers.hold()`, as alertd's training callback does.
+    EventFileWriter plus `alertd.runs.writers.hold()`, as alertd's training callback does.
     """
     logdir = tmp_path / "logs"
     proc, ready = tb_child(spawner, logdir, mode)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kill_helpers import PYTHON, Spawner, proc_state, spawn_with_pid, wait_for
 
-from alertd.notify.procs import Delivery, ExitSeen, ProcessHandle, Procfs, refusal
+from alertd.actions.procs import Delivery, ExitSeen, ProcessHandle, Procfs, refusal
 
 BTIME = 1_700_000_000
 

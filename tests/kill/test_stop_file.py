@@ -12,10 +12,10 @@ import pydantic
 import pytest
 from kill_helpers import firing, notification
 
+from alertd.actions.config import StopFileConfig
+from alertd.actions.stop_file import StopFileNotifier
 from alertd.errors import NotifyError
 from alertd.model import TransitionKind
-from alertd.notify.config import StopFileConfig
-from alertd.notify.stop_file import StopFileNotifier
 
 pytestmark = pytest.mark.anyio
 
@@ -32,6 +32,10 @@ async def test_creates_the_file_with_the_reason(tmp_path: Path) -> None:
     alert = firing({"run": "exp1", "metric": "loss", "source": "tb"}, step=1200, value=math.nan)
     await notifier.send(notification(alert))
     body = json.loads((tmp_path / "exp1" / "STOP").read_text())
+    (report,) = notifier.history
+    assert report.refused is None and report.summary() == (
+        f"stop_file stopper for loss_not_finite: asked the run to stop via {tmp_path}/exp1/STOP"
+    )
     assert body["rule"] == "loss_not_finite" and body["state"] == "firing"
     assert body["labels"] == {"run": "exp1", "metric": "loss", "source": "tb"}
     assert body["value"] == "NaN" and body["step"] == 1200
@@ -66,12 +70,13 @@ async def test_nested_run_names_and_literal_braces(tmp_path: Path) -> None:
     assert (tmp_path / "sweep" / "seed0" / "{stop}-nan").exists()
 
 
-async def test_missing_label_is_not_recoverable(tmp_path: Path) -> None:
-    """A label the template needs but the alert lacks: NotifyError(recoverable=False), nothing written."""
+async def test_missing_label_is_refused(tmp_path: Path) -> None:
+    """A label the template needs but the alert lacks: refused (reported, never retried), nothing written."""
     notifier = StopFileNotifier("s", stop_cfg(str(tmp_path) + "/{run}/STOP"))
-    with pytest.raises(NotifyError, match="no label 'run'") as err:
-        await notifier.send(notification(firing({"metric": "loss"})))
-    assert not err.value.recoverable
+    await notifier.send(notification(firing({"metric": "loss"})))
+    (report,) = notifier.history
+    assert report.refused is not None and "no label 'run'" in report.refused
+    assert report.summary().startswith("stop_file s for loss_not_finite: REFUSED: ")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -82,9 +87,9 @@ async def test_dotdot_is_refused(tmp_path: Path, run: str) -> None:
     (base / "a").mkdir(parents=True)
     (base / "ok").mkdir()
     for cfg in (stop_cfg("{run}/STOP", base_dir=str(base)), stop_cfg(str(base) + "/{run}/STOP")):
-        with pytest.raises(NotifyError, match=r"'\.\.' part") as err:
-            await StopFileNotifier("s", cfg).send(notification(firing({"run": run})))
-        assert not err.value.recoverable
+        notifier = StopFileNotifier("s", cfg)
+        await notifier.send(notification(firing({"run": run})))
+        assert "'..' part" in str(notifier.history[0].refused)
     assert not (tmp_path / "STOP").exists() and not (tmp_path / "outside").exists()
 
 
@@ -96,17 +101,16 @@ async def test_absolute_value_and_symlink_cannot_leave_base_dir(tmp_path: Path) 
     (base / "link").symlink_to(outside)
     notifier = StopFileNotifier("s", stop_cfg("{run}/STOP", base_dir=str(base)))
     for run in (str(outside), "link"):
-        with pytest.raises(NotifyError, match="leaves base_dir"):
-            await notifier.send(notification(firing({"run": run}, active_at=time.time())))
+        await notifier.send(notification(firing({"run": run}, active_at=time.time())))
+    assert [("leaves base_dir" in str(r.refused)) for r in notifier.history] == [True, True]
     assert list(outside.iterdir()) == []
 
 
 async def test_missing_directory_is_not_created(tmp_path: Path) -> None:
     """A run directory that isn't there is an error naming it; no directory is made."""
     notifier = StopFileNotifier("s", stop_cfg(str(tmp_path) + "/{run}/STOP"))
-    with pytest.raises(NotifyError, match="does not exist") as err:
-        await notifier.send(notification(firing({"run": "gone"})))
-    assert not err.value.recoverable and not (tmp_path / "gone").exists()
+    await notifier.send(notification(firing({"run": "gone"})))
+    assert "does not exist" in str(notifier.history[0].refused) and not (tmp_path / "gone").exists()
 
 
 async def test_write_error_is_recoverable(tmp_path: Path) -> None:

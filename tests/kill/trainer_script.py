@@ -1,7 +1,7 @@
 """A trainer-like child for the kill tests.
 
 It writes real TensorBoard event files with tensorboard's own EventFileWriter (so the file name carries
-this host and this pid) and keeps its event file open with `alertd.writers.hold()`, as alertd's training
+this host and this pid) and keeps its event file open with `alertd.runs.writers.hold()`, as alertd's training
 callback does (without TensorFlow, EventFileWriter holds the file only while it writes, so alertd could
 not verify the writer otherwise). On SIGINT it saves a "checkpoint" file and exits 0, as a careful
 training loop does. It writes READY once its handler is installed and the first event is on disk.
@@ -22,7 +22,7 @@ from types import FrameType
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from alertd.writers import hold
+from alertd.runs.writers import hold
 
 logdir, checkpoint, ready = sys.argv[1:4]
 writer = EventFileWriter(logdir)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from alertd.notify.registry import accepts
+from alertd.receivers import accepts
 
 
 def test_kill_and_wandb_stop_take_a_report_stop_file_and_unknown_types_do_not() -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from alertd.app import Service
 from alertd.clock import FakeClock
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.notify.apprise_notifier import AppriseNotifier
+from alertd.service import Service
 from alertd.testing.receiver import Receiver
 
 T0 = 1_780_000_000.0

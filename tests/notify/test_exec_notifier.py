@@ -20,7 +20,7 @@ from alertd.notify.config import ExecConfig
 from alertd.notify.exec import OUTPUT_CAP, ExecNotifier
 from alertd.notify.formats import Options
 from alertd.notify.formats.generic import build as generic_body
-from alertd.notify.registry import build_notifier
+from alertd.receivers import build_notifier
 
 pytestmark = pytest.mark.anyio
 

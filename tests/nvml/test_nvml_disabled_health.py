@@ -11,7 +11,7 @@ from api_helpers import serving, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 import alertd.sources.nvml
-from alertd.app import Service
+from alertd.service import Service
 from alertd.testing import FakeNvml, make_gpus
 
 pytestmark = pytest.mark.anyio

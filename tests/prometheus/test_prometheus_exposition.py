@@ -14,10 +14,10 @@ from api_helpers import serving
 from prometheus_client.parser import text_string_to_metric_families
 
 from alertd.api.prom import go_float
-from alertd.app import Service
 from alertd.config import load_config
 from alertd.errors import ConfigError
 from alertd.model import Sample, SeriesKey, make_labels
+from alertd.service import Service
 
 pytestmark = pytest.mark.anyio
 

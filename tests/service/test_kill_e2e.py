@@ -16,7 +16,7 @@ TRAINER = r"""
 import math, signal, sys, time
 from pathlib import Path
 from alertd.testing.tbwriter import ScalarWriter
-from alertd.writers import hold
+from alertd.runs.writers import hold
 work = Path(sys.argv[1])
 stop = []
 signal.signal(signal.SIGINT, lambda *a: stop.append(1))

@@ -15,7 +15,7 @@ from pathlib import Path
 from service_helpers import Alertd, wait_for
 
 from alertd.config import load_config
-from alertd.notify.config import takes_reports
+from alertd.receivers import takes_reports
 from alertd.testing.receiver import Receiver
 
 RULES = """

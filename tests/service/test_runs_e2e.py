@@ -21,7 +21,7 @@ from alertd.testing.receiver import Receiver
 WRITER = r"""
 import os, signal, sys, time
 from alertd.testing.tbwriter import ScalarWriter
-from alertd.writers import hold
+from alertd.runs.writers import hold
 logdir, how = sys.argv[1], sys.argv[2]
 w = ScalarWriter(logdir)
 w.flush()

@@ -6,9 +6,9 @@ import asyncio
 import math
 from pathlib import Path
 
-from alertd.app import Service
 from alertd.clock import FakeClock
 from alertd.model import AlertState, Sample, SeriesKey, make_labels
+from alertd.service import Service
 
 RULES = """
 sources: [{{name: s, type: samples, path: "{path}"}}]

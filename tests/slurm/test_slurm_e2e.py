@@ -20,7 +20,7 @@ TRAINER = r"""
 import math, os, signal, sys, time
 from pathlib import Path
 from alertd.testing.tbwriter import ScalarWriter
-from alertd.writers import hold
+from alertd.runs.writers import hold
 work = Path(sys.argv[1])
 stop = []
 signal.signal(signal.SIGUSR1, lambda *a: stop.append(1))

@@ -18,12 +18,12 @@ import pydantic
 import pytest
 from fake_slurm import FakeSlurm, job
 
+from alertd.actions.config import SlurmNotifierConfig
+from alertd.actions.slurm import SlurmNotifier, SlurmReport
 from alertd.errors import NotifyError
 from alertd.model import Notification, Transition, TransitionKind, make_labels
-from alertd.notify.config import SlurmNotifierConfig
-from alertd.notify.slurm import SlurmNotifier, SlurmReport
-from alertd.procfs import Procfs
-from alertd.writers import VerifiedWriter
+from alertd.runs.procfs import Procfs
+from alertd.runs.writers import VerifiedWriter
 
 pytestmark = pytest.mark.anyio
 HOST = socket.gethostname()
@@ -248,7 +248,7 @@ async def test_an_unreachable_controller_is_retried_and_acts_on_the_retry(
     # scancel that says the job is unknown (Slurm 22.05 exits 0 then): refused, not retried
     fake.scancel_says("scancel: error: Kill job error on job id 43: Invalid job id specified")
     fake.set_jobs([job(43, "RUNNING")])
-    with caplog.at_level(logging.ERROR, logger="alertd.notify.slurm"):
+    with caplog.at_level(logging.ERROR, logger="alertd.actions.slurm"):
         await n.send(note(firing({"source": "jobs", "slurm_job_id": "43"}, active_at=2000.0)))
     assert any("REFUSED job 43: Slurm knows no job 43" in r.getMessage() for r in caplog.records)
 

@@ -12,7 +12,7 @@ from fake_slurm import FakeSlurm, job
 
 from alertd.errors import SourceError
 from alertd.model import Sample
-from alertd.runs import EndReason, RunTracker
+from alertd.runs.tracker import EndReason, RunTracker
 from alertd.sources.config import SlurmConfig
 from alertd.sources.slurm import SlurmSource
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from fake_slurm import job
 
-from alertd.slurmjobs import JobsError, parse_jobs
+from alertd.runs.slurmjobs import JobsError, parse_jobs
 
 
 def doc(*jobs: dict[str, object]) -> str:

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from fake_wandb import API_KEY, FakeRun, FakeWandb
 
+from alertd.actions.config import WandbStopConfig
+from alertd.actions.wandb_stop import WandbStopNotifier
 from alertd.errors import NotifyError
 from alertd.model import Notification, Transition, TransitionKind, make_labels
-from alertd.notify.config import WandbStopConfig
-from alertd.notify.registry import build_notifier
-from alertd.notify.wandb_stop import WandbStopNotifier
+from alertd.receivers import build_notifier
 
 T0 = 1_767_225_600.0
 

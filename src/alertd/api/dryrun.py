@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter
 
+from alertd.actions.config import action_receivers
 from alertd.api.models import MAX_TIME
 from alertd.config import Config, _merge, _validate
 from alertd.dispatch.plan import PlanState, plan
@@ -28,7 +29,6 @@ from alertd.dispatch.routes import Route
 from alertd.dryrun import replay, transition_json
 from alertd.errors import ConfigError, Problem, SourceError
 from alertd.model import Notification, Sample, SeriesKey, Transition, format_time, make_labels
-from alertd.notify.config import action_receivers
 from alertd.plot.build import figure, runs_in
 from alertd.plot.svg import figure_svg
 from alertd.rules.evaluate import RuleSet

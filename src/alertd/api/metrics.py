@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from alertd.api.view import AlertsView, ServiceView
 from alertd.model import am_labels
 from alertd.promnames import metric_name, prom_labels
 from alertd.rules.rule import compile_metric_patterns
@@ -29,7 +30,7 @@ EXPORT_HELP = "The newest value of an alertd series (export: in the rules file).
 class ServiceCollector(Collector):
     """Reads the service at scrape time (no metric objects kept in step with it)."""
 
-    def __init__(self, service: Any) -> None:
+    def __init__(self, service: ServiceView) -> None:
         self.service = service
 
     def describe(self) -> list[Metric]:
@@ -234,7 +235,7 @@ def source_state(health: Any, source: Any) -> tuple[str, str | None]:
     return ("up" if source_up(health) else "down"), note
 
 
-def alert_counts(service: Any) -> dict[tuple[str, str], int]:
+def alert_counts(service: AlertsView) -> dict[tuple[str, str], int]:
     """(rule, state) -> number of pending or firing alerts."""
     counts: dict[tuple[str, str], int] = {}
     for a in service.engine.state.alerts(service.engine.ruleset.rules):

@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeAlias
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
+from alertd.api.view import AlertsView
 from alertd.buffer import NO_STEP, SeriesBuffer
 from alertd.model import Alert, AlertState, Sample, SeriesKey, Transition, TransitionKind
 from alertd.plot.build import HOST_METRICS, figure
@@ -87,7 +88,7 @@ def run_title(config: Any, source: str, run: str) -> str:
     return name or run
 
 
-def plot_routes(api: APIRouter, service: Any) -> None:
+def plot_routes(api: APIRouter, service: AlertsView) -> None:
     @api.get("/runs/plot.svg", response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}})
     async def run_plot(
         source: str = Query(..., max_length=1000, description="the run's `source` label"),
@@ -101,7 +102,7 @@ def plot_routes(api: APIRouter, service: Any) -> None:
         engine = service.engine
         columns = run_columns(engine.buffer, source, run)
         alerts = engine.state.alerts(engine.ruleset.rules)
-        transitions = with_active(getattr(service, "transition_log", ()), alerts)
+        transitions = with_active(service.transition_log, alerts)
         title = f"{run_title(service.config, source, run)} ({source})"
         svg = await asyncio.to_thread(
             lambda: figure_svg(figure(run_samples(columns), transitions, source, run, title=title, x=x))

@@ -18,6 +18,7 @@ from pathlib import PurePath
 from typing import Any
 
 from alertd.api.models import time_or_none
+from alertd.api.view import AlertsView
 from alertd.model import Alert, am_labels
 from alertd.promnames import prom_labels
 
@@ -56,13 +57,13 @@ def prom_alert(a: Alert) -> dict[str, Any]:
     return out
 
 
-def alerts_data(service: Any) -> dict[str, Any]:
+def alerts_data(service: AlertsView) -> dict[str, Any]:
     """`GET /api/v1/alerts`: the pending and firing alerts."""
     engine = service.engine
     return {"status": "success", "data": {"alerts": [prom_alert(a) for a in engine.state.alerts(engine.ruleset.rules)]}}
 
 
-def rules_data(service: Any) -> dict[str, Any]:
+def rules_data(service: AlertsView) -> dict[str, Any]:
     """`GET /api/v1/rules`: the loaded rules, one group per rules file, each with its alerts."""
     engine = service.engine
     config = engine.config

@@ -21,60 +21,70 @@ MAX_ENTRIES = 20_000
 MAX_FOUND = 500
 
 
-def find_sources(roots: Sequence[str]) -> list[dict[str, str]]:
-    """The readable sources under `roots`, in walk order (roots first, then depth-first by name)."""
-    found: list[dict[str, str]] = []
-    seen = 0
+_FILE_KINDS = ((".jsonl", "samples"), (".log", "textlog"), (".csv", "csv"))
+"""File name endings and the source type that reads such a file."""
 
-    def add(kind: str, path: str) -> None:
-        if len(found) < MAX_FOUND:
-            found.append({"type": kind, "path": path})
 
-    def walk(path: str, depth: int) -> None:
-        nonlocal seen
-        if depth > MAX_DEPTH or seen >= MAX_ENTRIES or len(found) >= MAX_FOUND:
+class _Walk:
+    """One bounded walk: what it found, and how many entries it looked at."""
+
+    def __init__(self) -> None:
+        self.found: list[dict[str, str]] = []
+        self.seen = 0
+
+    def add(self, kind: str, path: str) -> None:
+        if len(self.found) < MAX_FOUND:
+            self.found.append({"type": kind, "path": path})
+
+    def full(self) -> bool:
+        return self.seen >= MAX_ENTRIES or len(self.found) >= MAX_FOUND
+
+    def walk(self, path: str, depth: int) -> None:
+        if depth > MAX_DEPTH or self.full():
             return
         try:
             with os.scandir(path) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError:
             return
-        seen += len(entries)
-        dirs = []
-        events = wandb = False
+        self.seen += len(entries)
+        dirs: list[str] = []
+        marks: set[str] = set()  # "tensorboard", "wandb_dir": the directory itself is one
         for e in entries[:MAX_ENTRIES]:
             try:
-                is_dir = e.is_dir(follow_symlinks=False)
-                is_file = e.is_file(follow_symlinks=False)
+                is_dir, is_file = e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)
             except OSError:
                 continue
-            name = e.name
-            if is_dir:
-                if name == "mlruns":
-                    add("mlflow", e.path)
-                    continue
+            if is_dir and e.name == "mlruns":
+                self.add("mlflow", e.path)
+            elif is_dir:
                 dirs.append(e.path)
             elif is_file:
-                if "tfevents" in name:
-                    events = True
-                elif name.endswith(".wandb"):
-                    wandb = True
-                elif name.endswith(".jsonl"):
-                    add("samples", e.path)
-                elif name.endswith(".log"):
-                    add("textlog", e.path)
-                elif name.endswith(".csv"):
-                    add("csv", e.path)
-        if events:
-            add("tensorboard", path)
-        if wandb:
-            add("wandb_dir", path)
+                self._file(e.name, e.path, marks)
+        for kind in ("tensorboard", "wandb_dir"):
+            if kind in marks:
+                self.add(kind, path)
         for d in dirs:
-            walk(d, depth + 1)
+            self.walk(d, depth + 1)
 
+    def _file(self, name: str, path: str, marks: set[str]) -> None:
+        """One file: a source of its own, or a mark that its directory is one."""
+        if "tfevents" in name:
+            marks.add("tensorboard")
+        elif name.endswith(".wandb"):
+            marks.add("wandb_dir")
+        else:
+            kind = next((k for end, k in _FILE_KINDS if name.endswith(end)), None)
+            if kind is not None:
+                self.add(kind, path)
+
+
+def find_sources(roots: Sequence[str]) -> list[dict[str, str]]:
+    """The readable sources under `roots`, in walk order (roots first, then depth-first by name)."""
+    walk = _Walk()
     for root in roots:
-        walk(os.path.abspath(root), 0)
-    return found
+        walk.walk(os.path.abspath(root), 0)
+    return walk.found
 
 
 def roots_routes(api: APIRouter, roots: Sequence[str]) -> None:

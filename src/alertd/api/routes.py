@@ -38,6 +38,7 @@ from alertd.api.prom import alerts_data, rules_data
 from alertd.api.roots import roots_routes
 from alertd.api.server import AcceptErrors, Connections, connection_limit, protocol_factory
 from alertd.api.v2 import V2Error, v2_router
+from alertd.api.view import AdminView, ServiceView, SilencesView
 from alertd.api.worker import MAX_RUNNING, DryRunFailed, DryRuns
 from alertd.buffer import Series
 from alertd.config import redacted
@@ -189,7 +190,7 @@ async def _refuse(status: int, error: str, scope: Scope, send: Any, headers: dic
 
 
 def create_app(
-    service: Any,
+    service: ServiceView,
     *,
     token: str | None = None,
     max_body: int = 1_000_000,
@@ -199,7 +200,7 @@ def create_app(
     max_dry_runs: int = MAX_RUNNING,
     hosts: AllowedHosts | None = None,
 ) -> FastAPI:
-    """The API of `service` (an `alertd.app.Service`) as an ASGI app; `app.state.dry_runs` holds its
+    """The API of `service` (an `alertd.service.Service`) as an ASGI app; `app.state.dry_runs` holds its
     dry-run workers (`close()` them when the service stops). `hosts`: the `Host` names it answers (None:
     any; `serve_api` gives those of its address)."""
     app = FastAPI(title="alertd", version=__version__, description=__doc__)
@@ -243,6 +244,8 @@ def create_app(
     dry_runs = DryRuns(timeout=dry_run_timeout, roots=dry_run_roots, limit=max_dry_runs)
     app.state.dry_runs = dry_runs
     _state_routes(api, service)
+    _source_routes(api, service)
+    _series_routes(api, service)
     plot_routes(api, service)
     _silence_routes(api, service)
     _admin_routes(api, service, dry_runs)
@@ -276,7 +279,7 @@ FORMAT = Query(
 )
 
 
-def _state_routes(api: APIRouter, service: Any) -> None:
+def _state_routes(api: APIRouter, service: ServiceView) -> None:
     @api.get("/alerts", response_model=m.PromAlerts | list[m.AlertOut])
     async def alerts(format: Literal["prometheus", "alertd"] = FORMAT) -> Any:
         """The pending and firing alerts: as Prometheus' `GET /api/v1/alerts` answers, or with `format=alertd`
@@ -339,6 +342,8 @@ def _state_routes(api: APIRouter, service: Any) -> None:
             )
         return out
 
+
+def _source_routes(api: APIRouter, service: ServiceView) -> None:
     @api.get("/sources", response_model=list[m.SourceOut])
     async def sources() -> list[dict[str, Any]]:
         """Every configured source with its health (secrets shown as `**********`)."""
@@ -377,7 +382,7 @@ def _state_routes(api: APIRouter, service: Any) -> None:
                 {
                     "source": d["source"],
                     "run": d["run"],
-                    "title": run_title(service.config, d["source"], d["run"]),
+                    "title": run_title(service.config, r.source, r.run),
                     "state": d["state"],
                     "reason": d["reason"],
                     "exitCode": d["exit_code"],
@@ -391,6 +396,8 @@ def _state_routes(api: APIRouter, service: Any) -> None:
             )
         return out
 
+
+def _series_routes(api: APIRouter, service: ServiceView) -> None:
     @api.get("/series", response_model=m.SeriesList)
     async def series(
         metric: str | None = Query(None, description="glob over metric names", max_length=1000),
@@ -460,7 +467,7 @@ def _series_json(s: Series) -> dict[str, Any]:
     }
 
 
-def _silence_routes(api: APIRouter, service: Any) -> None:
+def _silence_routes(api: APIRouter, service: SilencesView) -> None:
     @api.get("/silences", response_model=list[m.SilenceOut])
     async def silences() -> list[dict[str, Any]]:
         """Every silence, expired ones included."""
@@ -487,7 +494,7 @@ def _silence_routes(api: APIRouter, service: Any) -> None:
             raise ApiError(404, f"no silence with id {silence_id!r}") from None
 
 
-def _admin_routes(api: APIRouter, service: Any, dry_runs: DryRuns) -> None:
+def _admin_routes(api: APIRouter, service: AdminView, dry_runs: DryRuns) -> None:
     @api.post("/reload", response_model=m.ReloadOut, responses={400: {"model": m.ReloadOut}})
     async def reload() -> Any:
         """Load the rules files again; on an error the running rules stay and the problems are listed."""
@@ -559,7 +566,7 @@ def bind(listen: str, backlog: int = 128) -> socket.socket:
 
 
 async def serve_api(
-    service: Any, listen: str, *, max_connections: int | None = None, api_hosts: Sequence[str] = (), **kw: Any
+    service: ServiceView, listen: str, *, max_connections: int | None = None, api_hosts: Sequence[str] = (), **kw: Any
 ) -> None:
     """Serve `create_app(service, **kw)` on `listen` in the running event loop until cancelled.
 

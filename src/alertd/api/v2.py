@@ -27,6 +27,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from alertd.api.models import MatcherIn, SilenceIn, silence_from, silence_json
+from alertd.api.view import AlertsView, ServiceView
 from alertd.dispatch.matchers import Matcher, Silence, alert_label_map, matches_all, parse_matchers
 from alertd.dispatch.routes import bypass_route
 from alertd.durations import format_duration
@@ -58,15 +59,15 @@ class V2Error(Exception):
         self.status = status
 
 
-def v2_router(service: Any, error: type[Exception]) -> APIRouter:
-    """The `/api/v2` routes over `service` (an `alertd.app.Service`); `error(status, message)` answers an error."""
+def v2_router(service: ServiceView, error: type[Exception]) -> APIRouter:
+    """The `/api/v2` routes over `service` (an `alertd.service.Service`); `error(status, message)` answers an error."""
     api = APIRouter(prefix="/api/v2", tags=["alertmanager v2"])
 
     @api.get("/status")
     async def status() -> dict[str, Any]:
         """Enough of Alertmanager's status for amtool: no cluster, alertd's version, the routing config."""
         now = service.clock.now()
-        started = getattr(service, "started_at", None) or now
+        started = service.started_at or now
         return {
             "cluster": {"status": "disabled", "peers": []},
             "versionInfo": {
@@ -86,6 +87,43 @@ def v2_router(service: Any, error: type[Exception]) -> APIRouter:
         """Every receiver of `config.original`, by name."""
         return alertmanager_config(service)["receivers"]  # type: ignore[no-any-return]
 
+    _v2_silences(api, service, error)
+
+    @api.get("/alerts")
+    async def alerts(
+        filter: Filters = None,
+        active: bool = True,
+        silenced: bool = True,
+        inhibited: bool = True,
+        unprocessed: bool = True,
+        receiver: Annotated[str | None, Query(max_length=1000)] = None,
+    ) -> list[dict[str, Any]]:
+        """The firing alerts as Alertmanager's `gettableAlert`s, filtered as Alertmanager filters them."""
+        wanted = _filters(filter, error)
+        try:
+            by_receiver = compile_user_regex(f"^(?:{receiver})$") if receiver else None
+        except ValueError as exc:
+            raise error(400, f"receiver: {exc}") from None
+        shown = {"silencedBy": silenced, "inhibitedBy": inhibited}
+        out = []
+        for a in _firing(service):
+            item = gettable_alert(service, a)
+            st = item["status"]
+            if not matches_all(wanted, item["labels"]):
+                continue
+            if by_receiver is not None and not any(by_receiver.match(r["name"]) for r in item["receivers"]):
+                continue
+            if any(st[key] and not wanted_too for key, wanted_too in shown.items()) or (
+                st["state"] == "active" and not active
+            ):
+                continue
+            out.append(item)
+        return out
+
+    return api
+
+
+def _v2_silences(api: APIRouter, service: ServiceView, error: type[Exception]) -> None:
     @api.get("/silences")
     async def silences(filter: Filters = None) -> list[dict[str, Any]]:
         """Every silence, optionally those whose matchers include all `filter` matchers (as Alertmanager)."""
@@ -133,39 +171,6 @@ def v2_router(service: Any, error: type[Exception]) -> APIRouter:
         except KeyError:
             raise error(404, f"silence {silence_id} not found") from None
 
-    @api.get("/alerts")
-    async def alerts(
-        filter: Filters = None,
-        active: bool = True,
-        silenced: bool = True,
-        inhibited: bool = True,
-        unprocessed: bool = True,
-        receiver: Annotated[str | None, Query(max_length=1000)] = None,
-    ) -> list[dict[str, Any]]:
-        """The firing alerts as Alertmanager's `gettableAlert`s, filtered as Alertmanager filters them."""
-        wanted = _filters(filter, error)
-        try:
-            by_receiver = compile_user_regex(f"^(?:{receiver})$") if receiver else None
-        except ValueError as exc:
-            raise error(400, f"receiver: {exc}") from None
-        out = []
-        for a in _firing(service):
-            item = gettable_alert(service, a)
-            labels = item["labels"]
-            if not matches_all(wanted, labels):
-                continue
-            if by_receiver is not None and not any(by_receiver.match(r["name"]) for r in item["receivers"]):
-                continue
-            st = item["status"]
-            if (st["silencedBy"] and not silenced) or (st["inhibitedBy"] and not inhibited):
-                continue
-            if st["state"] == "active" and not active:
-                continue
-            out.append(item)
-        return out
-
-    return api
-
 
 def _can_update(old: Silence, new: Silence, now: float) -> bool:
     """Alertmanager's `canUpdate`: the same matchers, and an active one keeps its start and does not end in
@@ -193,7 +198,7 @@ def _filters(texts: Sequence[str] | None, error: type[Exception]) -> tuple[Match
         raise error(400, str(exc)) from None
 
 
-def _firing(service: Any) -> list[Alert]:
+def _firing(service: AlertsView) -> list[Alert]:
     alerts = service.engine.state.alerts(service.engine.ruleset.rules)
     return [a for a in alerts if a.state is AlertState.FIRING]
 
@@ -205,11 +210,12 @@ def gettable_silence(s: Any, now: float) -> dict[str, Any]:
     return out
 
 
-def gettable_alert(service: Any, a: Alert) -> dict[str, Any]:
+def gettable_alert(service: ServiceView, a: Alert) -> dict[str, Any]:
     """A firing alert as Alertmanager's `gettableAlert`."""
     now = service.clock.now()
     match_labels = alert_label_map(a.rule, a.labels, a.severity)
     dispatcher = service.dispatcher
+    assert dispatcher is not None  # the API is served once the service is open
     root = dispatcher.route
     routes = [bypass_route(root, tuple(a.notify))] if a.notify else root.match(match_labels)
     receivers = sorted({r for route in routes for r in route.receivers})
@@ -235,7 +241,7 @@ def gettable_alert(service: Any, a: Alert) -> dict[str, Any]:
     }
 
 
-def routing_yaml(service: Any) -> str:
+def routing_yaml(service: ServiceView) -> str:
     """`alertmanager_config` as YAML, with a comment on what it leaves out."""
     head = (
         "# alertd's routing as an Alertmanager configuration. A route with several receivers names them joined\n"
@@ -244,7 +250,7 @@ def routing_yaml(service: Any) -> str:
     return head + yaml.safe_dump(alertmanager_config(service), sort_keys=False)
 
 
-def alertmanager_config(service: Any) -> dict[str, Any]:
+def alertmanager_config(service: ServiceView) -> dict[str, Any]:
     """The routing part of the loaded rules as an Alertmanager configuration that Alertmanager's own loader
     accepts: `route` (the root with its resolved receiver, grouping and timings), `receivers` (names only:
     notifiers hold secrets), `inhibit_rules`, `time_intervals`."""

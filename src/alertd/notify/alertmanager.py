@@ -91,6 +91,7 @@ class AlertmanagerNotifier:
     ) -> None:
         self.name = name
         self.cfg = cfg
+        self.resend_every = cfg.resend_interval
         self.peers = [self._peer(url) for url in cfg.peers]
         if not self.peers:
             raise ValueError(f"alertmanager notifier {name!r}: give url or urls")

@@ -1,21 +1,19 @@
-"""The rules-file models of each notifier type (`notifiers:` entries)."""
+"""The rules-file models of the notifiers that tell (`notifiers:` entries of types log, webhook, email,
+alertmanager, exec and apprise); the actions' are in `alertd.actions.config`."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
-import signal
-from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from alertd.config_types import Duration, Strict
 from alertd.httpauth import BasicAuthConfig, TLSConfig
 from alertd.notify.template_data import check_notifier_template
 from alertd.secretfiles import read_secret_file, secrets_from_files
-from alertd.userregex import compile_user_regex
 
 NotifierTemplate = Annotated[str, AfterValidator(check_notifier_template)]
 """A notifier's `title`/`text`: a Jinja2 template over the notification (see notify.template_data)."""
@@ -133,36 +131,61 @@ class WebhookConfig(Reporting):
             raise ValueError("url must start with http:// or https://")
         if self.timeout <= 0:
             raise ValueError("timeout must be more than 0s")
-        if self.format == "telegram" and not self.chat_id:
-            raise ValueError("format telegram needs chat_id")
-        if self.secret is not None and self.format not in ("feishu", "dingtalk"):
-            raise ValueError(f"secret is only used by formats feishu and dingtalk, not {self.format}")
-        if self.msgtype != "markdown" and self.format not in ("dingtalk", "wecom"):
-            raise ValueError(f"msgtype is only used by formats dingtalk and wecom, not {self.format}")
+        for key, formats in _ONLY_FOR.items():
+            if self._given(key) and self.format not in formats:
+                verb = "are" if " and " in key else "is"
+                raise ValueError(f"{key} {verb} only used by {_formats_text(formats)}, not {self.format}")
+        for fmt, keys in _NEEDED.items():
+            missing = [k for k in keys if not self._given(k)]
+            if self.format == fmt and missing:
+                raise ValueError(f"format {fmt} needs {_NEEDS_TEXT.get(fmt, missing[0])}")
         if self.format == "ntfy" and not urlsplit(url).path.strip("/"):
             raise ValueError("format ntfy needs the topic in the url (https://ntfy.sh/<topic>)")
-        if self.token is not None and self.format not in ("ntfy", "pushover"):
-            raise ValueError(f"token is only used by formats ntfy and pushover, not {self.format}")
-        if self.user is not None and self.format != "pushover":
-            raise ValueError(f"user is only used by format pushover, not {self.format}")
-        if self.format == "pushover" and (self.token is None or self.user is None):
-            raise ValueError("format pushover needs token (the application's API token) and user (the user key)")
-        if ("retry" in self.model_fields_set or "expire" in self.model_fields_set) and self.format != "pushover":
-            raise ValueError(f"retry and expire are only used by format pushover, not {self.format}")
         if self.retry < 30:
             raise ValueError("retry must be at least 30s (Pushover's minimum)")
         if not 0 < self.expire <= 10800:
             raise ValueError("expire must be more than 0s and at most 3h (Pushover's maximum)")
-        for key, fmt in (("routing_key", "pagerduty"), ("api_key", "opsgenie")):
-            if self.format == fmt and getattr(self, key) is None:
-                raise ValueError(f"format {fmt} needs {key} (or {key}_file)")
-            if self.format != fmt and getattr(self, key) is not None:
-                raise ValueError(f"{key} is only used by format {fmt}, not {self.format}")
-        if self.region is not None and self.format != "opsgenie":
-            raise ValueError(f"region is only used by format opsgenie, not {self.format}")
         if self.format == "generic" and (self.title is not None or self.text is not None):
             raise ValueError("title and text are not used by format generic (it sends Alertmanager's JSON)")
         return self
+
+    def _given(self, key: str) -> bool:
+        """Whether option `key` is used: set to something (msgtype: not its default; retry and expire: given)."""
+        if key == "msgtype":
+            return self.msgtype != "markdown"
+        if key == "retry and expire":
+            return "retry" in self.model_fields_set or "expire" in self.model_fields_set
+        value = getattr(self, key)
+        return bool(value) if key == "chat_id" else value is not None
+
+
+_ONLY_FOR: dict[str, tuple[str, ...]] = {
+    "secret": ("feishu", "dingtalk"),
+    "msgtype": ("dingtalk", "wecom"),
+    "token": ("ntfy", "pushover"),
+    "user": ("pushover",),
+    "retry and expire": ("pushover",),
+    "routing_key": ("pagerduty",),
+    "api_key": ("opsgenie",),
+    "region": ("opsgenie",),
+}
+"""Options that only some webhook formats use, checked in this order."""
+_NEEDED: dict[str, tuple[str, ...]] = {
+    "telegram": ("chat_id",),
+    "pushover": ("token", "user"),
+    "pagerduty": ("routing_key",),
+    "opsgenie": ("api_key",),
+}
+"""What each format needs."""
+_NEEDS_TEXT = {
+    "pushover": "token (the application's API token) and user (the user key)",
+    "pagerduty": "routing_key (or routing_key_file)",
+    "opsgenie": "api_key (or api_key_file)",
+}
+
+
+def _formats_text(formats: tuple[str, ...]) -> str:
+    return f"format {formats[0]}" if len(formats) == 1 else f"formats {' and '.join(formats)}"
 
 
 class EmailConfig(Reporting):
@@ -193,132 +216,6 @@ class EmailConfig(Reporting):
     """The Subject (a template over the notification); alertd's own when absent."""
     text: NotifierTemplate | None = None
     """The body (a template over the notification); alertd's own alert lines and labels when absent."""
-
-
-class AskFirstConfig(Strict):
-    """The kill notifier's polite first step: create a stop file, then wait for the process to leave.
-
-    `stop_file` is a path template with `{label}` placeholders, expanded and checked exactly as the
-    `stop_file` notifier's `path` (absolute, or relative to `base_dir`, never leaving it). alertd's
-    training callback polls that file (default `<output_dir>/ALERTD_STOP`), saves a checkpoint and stops.
-    """
-
-    stop_file: str = Field(min_length=1)
-    base_dir: str | None = None
-    wait: Duration = 60.0
-
-    @model_validator(mode="after")
-    def _path(self) -> AskFirstConfig:
-        try:
-            self.stop_file_config()
-        except ValidationError as e:
-            why = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
-            raise ValueError(f"stop_file: {why}") from None
-        if self.wait < 0:
-            raise ValueError("ask_first.wait must not be negative")
-        return self
-
-    def stop_file_config(self) -> StopFileConfig:
-        """The same path as a `stop_file` notifier config (validated: stray braces, relative paths)."""
-        return StopFileConfig(type="stop_file", path=self.stop_file, base_dir=self.base_dir)
-
-
-class KillConfig(Strict):
-    """Stops the training process: optionally asks first (a stop file), then SIGINT (checkpoint), escalating.
-
-    `target` says how the process is found: `writer` (the process alertd verified as holding an event file
-    of the alert's `source` and `run` open, see `alertd.writers`; a pid in a file name or label is never
-    trusted), `pid`, `pidfile` (a small regular file holding the pid), `cmdline` (a regular expression
-    searched in `/proc/<pid>/cmdline` that must match exactly one process alertd may signal, or every such
-    match with `all`) or `child` (the trainer `alertd exec` started: the default under `alertd exec`).
-    With `ask_first`, a stop file is created first and the process gets `wait` to exit
-    by itself. `signals` are then sent in order, `grace` apart, until the process exits. Reports name the
-    program signalled (`python3 train.py`), never its arguments, unless `report_cmdline` is true.
-    """
-
-    type: Literal["kill"]
-    target: Literal["writer", "pid", "pidfile", "cmdline", "child"] = "writer"
-    pid: int | None = Field(default=None, ge=2)
-    pidfile: str | None = None
-    cmdline: str | None = None
-    all: bool = False
-    signals: list[str] = Field(default_factory=lambda: ["SIGINT", "SIGTERM", "SIGKILL"], min_length=1)
-    grace: Duration = 60.0
-    dry_run: bool = False
-    allow_other_users: bool = False
-    ask_first: AskFirstConfig | None = None
-    report_cmdline: bool = False
-
-    @field_validator("signals")
-    @classmethod
-    def _signal_names(cls, names: list[str]) -> list[str]:
-        out = []
-        for name in names:
-            full = name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper()
-            if full not in signal.Signals.__members__:
-                raise ValueError(f"unknown signal {name!r} (use names such as SIGINT, SIGTERM, SIGKILL)")
-            out.append(full)
-        return out
-
-    @model_validator(mode="after")
-    def _target_fields(self) -> KillConfig:
-        needs = {"pid": "pid", "pidfile": "pidfile", "cmdline": "cmdline"}
-        for field, target in needs.items():
-            given = getattr(self, field) is not None
-            if self.target == target and not given:
-                raise ValueError(f"target: {target} needs `{field}`")
-            if given and self.target != target:
-                raise ValueError(f"`{field}` is only used with target: {target} (target is {self.target})")
-        if self.all and self.target != "cmdline":
-            raise ValueError("`all` is only used with target: cmdline")
-        if self.cmdline is not None:
-            try:
-                compile_user_regex(self.cmdline)
-            except ValueError as e:
-                raise ValueError(f"cmdline is not a valid regular expression: {e}") from None
-        return self
-
-
-class StopFileConfig(Strict):
-    """Creates a file that a training loop polls to stop itself after a checkpoint.
-
-    `path` may name alert labels as `{label}` (for example `/runs/{run}/STOP`); `{{` and `}}` are literal
-    braces. Nothing else is expanded. The path must be absolute, or relative to `base_dir`; with
-    `base_dir`, the expanded path must stay inside it. A path with a `..` part is always refused.
-    """
-
-    type: Literal["stop_file"]
-    path: str = Field(min_length=1)
-    base_dir: str | None = None
-
-    _PART: ClassVar[re.Pattern[str]] = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}|[{}]|[^{}]+")
-
-    @model_validator(mode="after")
-    def _template(self) -> StopFileConfig:
-        self.template_parts()
-        if self.base_dir is None and not self.path.startswith("/"):
-            raise ValueError("path must be absolute unless base_dir is given")
-        if self.base_dir is not None and not self.base_dir.startswith("/"):
-            raise ValueError("base_dir must be an absolute path")
-        return self
-
-    def template_parts(self) -> list[tuple[bool, str]]:
-        """`path` split into (is_label, text) parts; ValueError naming the place of a stray brace."""
-        parts: list[tuple[bool, str]] = []
-        for m in self._PART.finditer(self.path):
-            tok = m.group(0)
-            if m.group(1) is not None:
-                parts.append((True, m.group(1)))
-            elif tok in ("{{", "}}"):
-                parts.append((False, tok[0]))
-            elif tok in ("{", "}"):
-                raise ValueError(
-                    f"path template {self.path!r}: stray {tok!r} at column {m.start() + 1} "
-                    "(write {label} to insert a label, {{ or }} for a literal brace)"
-                )
-            else:
-                parts.append((False, tok))
-        return parts
 
 
 class AlertmanagerConfig(Reporting):
@@ -460,39 +357,6 @@ class ExecConfig(Reporting):
         return env
 
 
-class WandbStopConfig(Strict):
-    """Stops the alert's W&B run (its `run` label, `entity/project/run_id`) through the GraphQL API, as
-    `wandb.Api().run(path).stop()` does. The key comes from `api_key`, `api_key_file`, else WANDB_API_KEY;
-    the server from `base_url`, else WANDB_BASE_URL, else https://api.wandb.ai."""
-
-    model_config = ConfigDict(**Strict.model_config, hide_input_in_errors=True)
-    SECRET_FIELDS: ClassVar[tuple[str, ...]] = ("api_key",)
-
-    type: Literal["wandb_stop"]
-    base_url: str | None = None
-    api_key: SecretStr | None = None
-    timeout: Duration = 30.0
-
-    @model_validator(mode="before")
-    @classmethod
-    def _secret_files(cls, data: Any) -> Any:
-        return secrets_from_files(data, cls.SECRET_FIELDS)
-
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, url: str | None) -> str | None:
-        if url is not None and urlsplit(url).scheme not in ("http", "https"):
-            raise ValueError(f"base_url must be an http(s) URL (got {url[:80]!r})")
-        return url
-
-    @field_validator("timeout")
-    @classmethod
-    def _positive_timeout(cls, seconds: float) -> float:
-        if seconds <= 0:
-            raise ValueError("must be more than 0s")
-        return seconds
-
-
 class AppriseConfig(Reporting):
     """Delivers through Apprise (the optional extra `alertd[apprise]`) to every URL in `urls`
     (`json://host/path`, `tgram://...`, `discord://...`: Apprise's own URL schemes). The URLs carry tokens:
@@ -532,80 +396,15 @@ class AppriseConfig(Reporting):
         return self
 
 
-JobFrom = Literal["label", "writer"]
-_JOB_FROM: tuple[JobFrom, ...] = ("label", "writer")
-
-
-class SlurmNotifierConfig(Strict):
-    """Stops the alert's Slurm job with `scancel`.
-
-    The job id comes from the alert's `slurm_job_id` label (the `slurm` source sets it) and/or from the
-    environment (`SLURM_JOB_ID`) of the run's verified writer process on this host (`job_from`); where
-    both are known they must agree, and an alert neither attributes is refused. With `signal`, the job's
-    processes (the batch script too: `scancel --full`) first get that signal, so a trainer can save a
-    checkpoint and exit; `grace` later a job still active is cancelled (`cancel`: true). Without `signal`
-    it is cancelled at once.
-    """
-
-    type: Literal["slurm"]
-    signal: str | None = None
-    grace: Duration = Field(default=60.0, ge=0)
-    cancel: bool = True
-    job_from: list[JobFrom] = Field(default_factory=lambda: list(_JOB_FROM), min_length=1)
-    scancel: str = Field(default="scancel", min_length=1)
-    squeue: str = Field(default="squeue", min_length=1)
-    timeout: Duration = Field(default=30.0, gt=0)
-    dry_run: bool = False
-
-    @field_validator("signal")
-    @classmethod
-    def _signal_name(cls, name: str | None) -> str | None:
-        if name is None:
-            return None
-        full = name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper()
-        if full not in signal.Signals.__members__:
-            raise ValueError(f"unknown signal {name!r} (use names such as SIGUSR1, SIGTERM)")
-        return full
-
-    @model_validator(mode="after")
-    def _does_something(self) -> SlurmNotifierConfig:
-        if self.signal is None and not self.cancel:
-            raise ValueError("with cancel: false, give a `signal` to send (else the notifier does nothing)")
-        return self
-
-
-NotifierConfig = (
-    LogConfig
-    | WebhookConfig
-    | EmailConfig
-    | KillConfig
-    | StopFileConfig
-    | AlertmanagerConfig
-    | ExecConfig
-    | WandbStopConfig
-    | AppriseConfig
-    | SlurmNotifierConfig
-)
-
-ACTION_TYPES = ("kill", "stop_file", "wandb_stop", "slurm")
-"""Notifier types that act on the training run rather than tell people. Each firing reaches them at once and
-alone (`alertd.dispatch.plan`'s immediate receivers); what they did is announced to the alert's other
-receivers, never to these."""
-
-
 PAGING_FORMATS = ("pagerduty", "opsgenie", "pushover")
 """Webhook formats that page a person: they get no action reports unless `reports: true`."""
 
-
-def action_receivers(notifiers: Mapping[str, NotifierConfig]) -> frozenset[str]:
-    """The names of the notifiers that are actions (ACTION_TYPES)."""
-    return frozenset(name for name, cfg in notifiers.items() if cfg.type in ACTION_TYPES)
+TellConfig = LogConfig | WebhookConfig | EmailConfig | AlertmanagerConfig | ExecConfig | AppriseConfig
+"""The notifiers that tell people (or their systems); the actions' configurations are `alertd.actions.config`'s."""
 
 
-def takes_reports(cfg: NotifierConfig) -> bool:
-    """Whether a notifier gets the action reports (see `Reporting`); the actions themselves never do."""
-    if not isinstance(cfg, Reporting):
-        return False
+def takes_reports(cfg: Reporting) -> bool:
+    """Whether a notifier that tells gets the action reports (see `Reporting`)."""
     if cfg.reports is not None:
         return cfg.reports
     return not (isinstance(cfg, WebhookConfig) and cfg.format in PAGING_FORMATS)

@@ -405,52 +405,11 @@ def evaluate(
     of 10,000 entries per evaluation)."""
     prev = prev or EvalState()
     run = _Run(ruleset, buffer, prev, in_place)
-    touched: set[PairKey] = set()
-    exprs = ruleset.exprs
-    runs: dict[JoinKey, set[str]] = {}
-    if exprs and prev.joins is None and prev.version > 0:
+    if ruleset.exprs and prev.joins is None and prev.version > 0:
         run.rebuild_joins()
-    for series in buffer.changed_since(prev.version):
-        for rule in ruleset.for_series(series.key):
-            if exprs and rule.expr is not None:
-                runs.setdefault((rule.name, series.key.labels), set()).add(series.key.metric)
-                continue
-            emitted = len(run.transitions)
-            try:
-                run.track(rule, series, now)
-            except Exception as exc:  # One bad rule must not stop the others.
-                del run.transitions[emitted:]
-                run.errors[rule.name] = f"{type(exc).__name__}: {exc} (series {series.key})"
-            touched.add((rule.name, series.key))
-    for (name, labels), metrics in runs.items():
-        emitted = len(run.transitions)
-        try:
-            pair = run.join(ruleset.by_name[name], labels, metrics, now)
-        except Exception as exc:  # One bad rule must not stop the others.
-            del run.transitions[emitted:]
-            run.errors[name] = f"{type(exc).__name__}: {exc} (run {dict(labels)})"
-            continue
-        if pair is not None:
-            touched.add(pair)
-    ended_runs, taken_over = buffer.ended_since(prev.version)
-    if ended_runs or taken_over:  # alerts whose run ended meanwhile: the end is a time-based change of theirs
-        for pair in prev.active_pairs() - touched:
-            key = pair[1]
-            if pair[0] in ruleset.by_name and (
-                key in taken_over or (key.label("source"), key.label("run")) in ended_runs
-            ):
-                run.timers_due(pair, now)
-    for pair in [p for p, t in run.timers.items() if t <= now and p not in touched]:
-        touched.add(pair)
-        if pair[0] not in ruleset.by_name:
-            del run._timers_w()[pair]
-            continue
-        emitted = len(run.transitions)
-        try:
-            run.finish(pair, now)
-        except Exception as exc:
-            del run.transitions[emitted:]
-            run.errors[pair[0]] = f"{type(exc).__name__}: {exc} (series {pair[1]})"
+    touched = _new_samples(run, now)
+    _ended_runs(run, touched, now)
+    _due_timers(run, touched, now)
     active = set(prev.active_pairs())
     for pair in touched:
         tr = run.tracks.get(pair)
@@ -472,6 +431,70 @@ def evaluate(
         run.joins,
     )
     return Evaluation(now, state, tuple(run.transitions), run.errors)
+
+
+def _failed(run: _Run, emitted: int, rule: str, exc: Exception, where: str) -> None:
+    """One step of one rule raised: that rule's error, its transitions of this step dropped (one bad rule never
+    stops the others)."""
+    del run.transitions[emitted:]
+    run.errors[rule] = f"{type(exc).__name__}: {exc} ({where})"
+
+
+def _new_samples(run: _Run, now: float) -> set[PairKey]:
+    """Step every (rule, series) pair through the samples new since the last evaluation, and every expr rule
+    through the steps of its runs that became ready; the pairs touched."""
+    ruleset, exprs = run.ruleset, run.ruleset.exprs
+    touched: set[PairKey] = set()
+    runs: dict[JoinKey, set[str]] = {}
+    for series in run.buffer.changed_since(run.prev.version):
+        for rule in ruleset.for_series(series.key):
+            if exprs and rule.expr is not None:
+                runs.setdefault((rule.name, series.key.labels), set()).add(series.key.metric)
+                continue
+            emitted = len(run.transitions)
+            try:
+                run.track(rule, series, now)
+            except Exception as exc:  # One bad rule must not stop the others.
+                _failed(run, emitted, rule.name, exc, f"series {series.key}")
+            touched.add((rule.name, series.key))
+    for (name, labels), metrics in runs.items():
+        emitted = len(run.transitions)
+        try:
+            pair = run.join(ruleset.by_name[name], labels, metrics, now)
+        except Exception as exc:
+            _failed(run, emitted, name, exc, f"run {dict(labels)}")
+            continue
+        if pair is not None:
+            touched.add(pair)
+    return touched
+
+
+def _ended_runs(run: _Run, touched: set[PairKey], now: float) -> None:
+    """The alerts whose run ended (or whose series another process took over) since the last evaluation, not
+    stepped already: their end is a time-based change of theirs, due now."""
+    ended_runs, taken_over = run.buffer.ended_since(run.prev.version)
+    if not ended_runs and not taken_over:
+        return
+    for pair in run.prev.active_pairs() - touched:
+        key = pair[1]
+        if pair[0] in run.ruleset.by_name and (
+            key in taken_over or (key.label("source"), key.label("run")) in ended_runs
+        ):
+            run.timers_due(pair, now)
+
+
+def _due_timers(run: _Run, touched: set[PairKey], now: float) -> None:
+    """Apply the time-based changes due by `now` of the pairs no new sample touched (`touched` grows)."""
+    for pair in [p for p, t in run.timers.items() if t <= now and p not in touched]:
+        touched.add(pair)
+        if pair[0] not in run.ruleset.by_name:
+            del run._timers_w()[pair]
+            continue
+        emitted = len(run.transitions)
+        try:
+            run.finish(pair, now)
+        except Exception as exc:
+            _failed(run, emitted, pair[0], exc, f"series {pair[1]}")
 
 
 def _ended_words(tr: Track, key: SeriesKey, labels: Labels) -> tuple[tuple[str, str], ...]:

@@ -109,64 +109,68 @@ def _tokens(text: str) -> list[_Token]:
     i, n = 0, len(text)
     while i < n:
         c = text[i]
-        col = i + 1
         if c.isspace():
             i += 1
             continue
         if c == "`":
-            end = text.find("`", i + 1)
-            if end < 0:
-                raise ExprError(f"column {col}: a backquoted name is not closed (add a ` at its end)")
-            name = text[i + 1 : end]
-            if not name.strip() or len(name) > _MAX_NAME:
-                raise ExprError(f"column {col}: a backquoted name has 1 to {_MAX_NAME} characters")
-            out.append(_Token("name", name, col))
-            i = end + 1
-            continue
-        if m := _NUMBER.match(text, i):
-            out.append(_Token("num", m.group(), col, float(m.group())))
-            i = m.end()
-            continue
-        if m := _IDENT.match(text, i):
-            word = m.group()
-            i = m.end()
-            if text[i : i + 1] == "/" and _IDENT.match(text, i + 1) and word not in _WORDS:
-                whole = _PATHLIKE.match(text, col - 1)
-                shown = whole.group() if whole else word
-                raise ExprError(
-                    f"column {col}: write the metric name in backquotes (`{shown}`), or a division with spaces "
-                    f"({word} / ...)"
-                )
-            if word in _SPECIAL:
-                out.append(_Token("num", word, col, _SPECIAL[word]))
-            elif word in _WORDS:
-                out.append(_Token("word", word, col))
-            elif word in _FUNCS and text[i:].lstrip().startswith("("):
-                out.append(_Token("func", word, col))
-            else:
-                out.append(_Token("name", word, col))
-            continue
-        two = text[i : i + 2]
-        if two in _CMP:
-            out.append(_Token("op", two, col))
-            i += 2
-            continue
-        if two in _WRONG:
-            raise ExprError(f"column {col}: {two!r} is not an operator here: use {_WRONG[two]}")
-        if c in _CMP:
-            out.append(_Token("op", c, col))
-            i += 1
-            continue
-        if c in _PUNCT:
-            out.append(_Token("punct", c, col))
-            i += 1
-            continue
-        if c in _WRONG:
-            raise ExprError(f"column {col}: {c!r} is not an operator here: use {_WRONG[c]}")
-        hint = " (write such a metric name in backquotes: `train/loss`)" if c in "/.-:" or c.isalnum() else ""
-        raise ExprError(f"column {col}: unexpected character {c!r}{hint}")
+            token, i = _quoted(text, i)
+        elif m := _NUMBER.match(text, i):
+            token, i = _Token("num", m.group(), i + 1, float(m.group())), m.end()
+        elif m := _IDENT.match(text, i):
+            token, i = _word(text, i, m.group()), m.end()
+        else:
+            token = _operator(text, i)
+            i += len(token.text)
+        out.append(token)
     out.append(_Token("end", "", n + 1))
     return out
+
+
+def _quoted(text: str, i: int) -> tuple[_Token, int]:
+    """A backquoted name at `i`, and where it ends."""
+    col = i + 1
+    end = text.find("`", i + 1)
+    if end < 0:
+        raise ExprError(f"column {col}: a backquoted name is not closed (add a ` at its end)")
+    name = text[i + 1 : end]
+    if not name.strip() or len(name) > _MAX_NAME:
+        raise ExprError(f"column {col}: a backquoted name has 1 to {_MAX_NAME} characters")
+    return _Token("name", name, col), end + 1
+
+
+def _word(text: str, i: int, word: str) -> _Token:
+    """The identifier `word` at `i`: a number (NaN, Inf), a keyword, a function or a name."""
+    col, after = i + 1, i + len(word)
+    if text[after : after + 1] == "/" and _IDENT.match(text, after + 1) and word not in _WORDS:
+        whole = _PATHLIKE.match(text, i)
+        shown = whole.group() if whole else word
+        raise ExprError(
+            f"column {col}: write the metric name in backquotes (`{shown}`), or a division with spaces ({word} / ...)"
+        )
+    if word in _SPECIAL:
+        return _Token("num", word, col, _SPECIAL[word])
+    if word in _WORDS:
+        return _Token("word", word, col)
+    if word in _FUNCS and text[after:].lstrip().startswith("("):
+        return _Token("func", word, col)
+    return _Token("name", word, col)
+
+
+def _operator(text: str, i: int) -> _Token:
+    """A comparison or a punctuation mark at `i` (its text is what it takes); ExprError for anything else."""
+    col, c, two = i + 1, text[i], text[i : i + 2]
+    if two in _CMP:
+        return _Token("op", two, col)
+    if two in _WRONG:
+        raise ExprError(f"column {col}: {two!r} is not an operator here: use {_WRONG[two]}")
+    if c in _CMP:
+        return _Token("op", c, col)
+    if c in _PUNCT:
+        return _Token("punct", c, col)
+    if c in _WRONG:
+        raise ExprError(f"column {col}: {c!r} is not an operator here: use {_WRONG[c]}")
+    hint = " (write such a metric name in backquotes: `train/loss`)" if c in "/.-:" or c.isalnum() else ""
+    raise ExprError(f"column {col}: unexpected character {c!r}{hint}")
 
 
 @dataclass(frozen=True, slots=True)

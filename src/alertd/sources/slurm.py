@@ -10,7 +10,7 @@ slurm.job.time_left    seconds  the same polls, for a job with a time limit: tim
 slurm.job.end          1        once, at its end time, label `state`: COMPLETED, FAILED, OUT_OF_MEMORY,
                                 TIMEOUT, NODE_FAIL, CANCELLED, PREEMPTED, BOOT_FAIL or DEADLINE
 
-and for the run model (`alertd.runs`): `run.started` at its start time; at its end `run.exit_code` (the
+and for the run model (`alertd.runs.tracker`): `run.started` at its start time; at its end `run.exit_code` (the
 return code, or -N for signal N: Slurm records an out-of-memory kill as signal 125), `run.stopped` for
 CANCELLED and PREEMPTED (the run ends `killed`), `run.crashed` (1 for FAILED, OUT_OF_MEMORY, TIMEOUT,
 NODE_FAIL, BOOT_FAIL, DEADLINE; else 0) and `run.finished`. So `run_crashed` fires for a failed job and
@@ -36,10 +36,10 @@ from collections.abc import Sequence
 
 from alertd.errors import SourceError
 from alertd.model import Labels, Sample, SeriesKey, make_labels
-from alertd.runs import CRASHED, EXIT_CODE, FINISHED, STARTED, STOPPED
-from alertd.slurmjobs import CRASHED as CRASHED_STATES
-from alertd.slurmjobs import STOPPED as STOPPED_STATES
-from alertd.slurmjobs import Job, JobsError, parse_jobs
+from alertd.runs.slurmjobs import CRASHED as CRASHED_STATES
+from alertd.runs.slurmjobs import STOPPED as STOPPED_STATES
+from alertd.runs.slurmjobs import Job, JobsError, parse_jobs
+from alertd.runs.tracker import CRASHED, EXIT_CODE, FINISHED, STARTED, STOPPED
 from alertd.sources.config import SlurmConfig
 from alertd.subproc import run_program
 

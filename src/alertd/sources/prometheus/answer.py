@@ -76,15 +76,8 @@ def _pair(raw: object) -> tuple[float, float]:
     return parse_time(raw[0]), parse_value(raw[1])
 
 
-def samples_of(
-    body: bytes,
-    *,
-    source: str,
-    metric: str | None,
-    labels: Mapping[str, str],
-    max_series: int,
-) -> list[Sample]:
-    """The samples of one instant query's answer. AnswerError says what is wrong with it."""
+def _data(body: bytes) -> dict[str, Any]:
+    """The `data` of a successful answer; AnswerError (or the answer's own error) otherwise."""
     try:
         doc = json.loads(body)
     except RecursionError:
@@ -102,6 +95,19 @@ def samples_of(
     data = doc.get("data")
     if not isinstance(data, dict):
         raise AnswerError("the answer has no data")
+    return data
+
+
+def samples_of(
+    body: bytes,
+    *,
+    source: str,
+    metric: str | None,
+    labels: Mapping[str, str],
+    max_series: int,
+) -> list[Sample]:
+    """The samples of one instant query's answer. AnswerError says what is wrong with it."""
+    data = _data(body)
     kind, result = data.get("resultType"), data.get("result")
     if kind == "scalar":
         if metric is None:

@@ -1,4 +1,4 @@
-"""Decoding TensorBoard `Event` records into scalar samples (event file names: `alertd.eventnames`).
+"""Decoding TensorBoard `Event` records into scalar samples (event file names: `alertd.runs.eventnames`).
 
 Scalars come in three shapes (see shared/reference/tensorboard-format.md, section 2):
 `Summary.Value.simple_value`; a rank-0 tensor with `float_val` / `double_val` / `half_val` (or
@@ -32,10 +32,10 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 
 from alertd._np import np
-from alertd.eventnames import EventFileName as EventFileName  # re-exported: names are parsed there
-from alertd.eventnames import is_event_file as is_event_file
-from alertd.eventnames import parse_file_name as parse_file_name
 from alertd.model import Sample, SeriesKey
+from alertd.runs.eventnames import EventFileName as EventFileName  # re-exported: names are parsed there
+from alertd.runs.eventnames import is_event_file as is_event_file
+from alertd.runs.eventnames import parse_file_name as parse_file_name
 
 _FROM_STRING = event_pb2.Event.FromString
 _SAMPLE: Callable[..., Sample] = Sample

@@ -38,12 +38,12 @@ from typing import Any
 
 from alertd import progress
 from alertd.model import Sample, SeriesKey, encodable, make_labels
+from alertd.runs.writers import WriterClaim
 from alertd.sources.config import TensorBoardConfig
 from alertd.sources.fileopen import NotRegularFile, not_regular, open_regular
 from alertd.sources.gcpause import gc_paused
 from alertd.sources.tensorboard.events import EventDecoder, RunTags, is_event_file, parse_file_name
 from alertd.sources.tensorboard.tfrecord import Corruption, masked_crc32c, scan
-from alertd.writers import WriterClaim
 
 log = logging.getLogger(__name__)
 
@@ -426,7 +426,7 @@ class TensorBoardSource:
     def writer_claims(self) -> list[WriterClaim]:
         """What the names of the tailed event files claim: (path, run, host, pid) where a name has both.
 
-        Only claims: `alertd.writers.WriterRegistry` verifies them against /proc before any use. The
+        Only claims: `alertd.runs.writers.WriterRegistry` verifies them against /proc before any use. The
         list is made again only when files came or went (`generation`); do not change it.
         """
         with self._lock:

@@ -11,7 +11,7 @@ Each file is tailed (see `wandb_records.LogReader`): history rows become trainin
 stats records system-metric samples (names in `wandb_values`), the run record `run.started` = 1 (at
 the run's start time), and the exit record `run.exit_code`, one `run.finished` = 1 and one
 `run.crashed` sample (1 when the exit code is not 0). A run killed hard leaves no exit record: in a
-replay it is then `lost` (see `alertd.runs`). Labels: `source`, `run`
+replay it is then `lost` (see `alertd.runs.tracker`). Labels: `source`, `run`
 (`entity/project/run_id` when the run record names all three, else the run id; offline runs have
 no entity) and `run_name` (the display name, when set). Damaged chunks or records are skipped, logged
 once as a warning with the file and offset, and counted in `corrupt_records`; so is a record that can't

@@ -28,6 +28,7 @@ import stat
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 from alertd import progress
 from alertd.sources.fileopen import not_regular, open_regular
@@ -111,13 +112,11 @@ class LogReader:
             base = len(FILE_HEADER)
         end = base + len(data)
         pos = base
-        partial: list[bytes] = []
-        partial_start = -1
-        crc32 = zlib.crc32
+        records_of = _Records(self, records, problems)
         while True:
             left = BLOCK_SIZE - pos % BLOCK_SIZE
-            if left < CHUNK_HEADER:
-                if pos + left > end:
+            if left < CHUNK_HEADER or _padding(data, pos - base, end - pos):
+                if pos + left > end:  # the rest of the block (too short for a chunk, or zero padding)
                     break
                 pos += left
                 continue
@@ -125,48 +124,71 @@ class LogReader:
                 break
             i = pos - base
             crc, length, kind = _CHUNK.unpack_from(data, i)
-            if kind == 0 and length == 0 and crc == 0:  # zero padding to the block end
-                if pos + left > end:
-                    break
-                pos += left
-                continue
-            bad = None
-            if kind not in (FULL, FIRST, MIDDLE, LAST):
-                bad = f"unknown chunk type {kind}"
-            elif CHUNK_HEADER + length > left:
-                bad = f"chunk length {length} runs past its block"
-            elif pos + CHUNK_HEADER + length > end:
+            bad = _bad_chunk(data, i, crc, length, kind, left)
+            if bad is None and pos + CHUNK_HEADER + length > end:
                 break  # not all on disk yet
-            elif crc32(data[i + 6 : i + CHUNK_HEADER + length]) != crc:
-                bad = "checksum mismatch"
             if bad is not None:
-                problems.append(Corruption(pos, bad))
-                self._resyncing = True
-                partial, partial_start = [], -1
+                records_of.damaged(pos, bad)
                 pos += left  # lengths in this block can't be trusted: go to the next one
                 continue
-            payload = data[i + CHUNK_HEADER : i + CHUNK_HEADER + length]
-            chunk_at = pos
+            records_of.chunk(kind, pos, data[i + CHUNK_HEADER : i + CHUNK_HEADER + length], pos + CHUNK_HEADER + length)
             pos += CHUNK_HEADER + length
-            if kind in (FULL, FIRST) and partial_start >= 0:
-                problems.append(Corruption(partial_start, "record without its last chunk"))
-                partial, partial_start = [], -1
-            if kind in (FULL, FIRST):
-                self._resyncing = False
-            if kind == FULL:
-                records.append((chunk_at, payload))
-            elif kind == FIRST:
-                partial, partial_start = [payload], chunk_at
-            elif partial_start < 0:
-                if not self._resyncing:  # the tail of a record already reported damaged is dropped quietly
-                    problems.append(Corruption(chunk_at, "chunk continues a record that never started"))
-            elif kind == MIDDLE:
-                partial.append(payload)
-                if pos - partial_start > MAX_RECORD:
-                    problems.append(Corruption(partial_start, f"record longer than {MAX_RECORD} bytes"))
-                    self._resyncing = True  # its further chunks are dropped quietly
-                    partial, partial_start = [], -1
-            else:
-                records.append((partial_start, b"".join([*partial, payload])))
-                partial, partial_start = [], -1
-        self.offset = pos if partial_start < 0 else partial_start
+        self.offset = pos if records_of.partial_start < 0 else records_of.partial_start
+
+
+def _padding(data: bytes, i: int, available: int) -> bool:
+    """Whether a chunk header at `i` is zero padding to its block's end."""
+    return available >= CHUNK_HEADER and _CHUNK.unpack_from(data, i) == (0, 0, 0)
+
+
+def _bad_chunk(data: bytes, i: int, crc: int, length: int, kind: int, left: int) -> str | None:
+    """What is wrong with the chunk at `i` (`left` bytes to its block's end), or None; a chunk not all on disk
+    yet is not wrong (its checksum is looked at once it is)."""
+    if kind not in (FULL, FIRST, MIDDLE, LAST):
+        return f"unknown chunk type {kind}"
+    if CHUNK_HEADER + length > left:
+        return f"chunk length {length} runs past its block"
+    if i + CHUNK_HEADER + length <= len(data) and zlib.crc32(data[i + 6 : i + CHUNK_HEADER + length]) != crc:
+        return "checksum mismatch"
+    return None
+
+
+class _Records:
+    """Chunks put back together into records, as they come; what is damaged goes to `problems`."""
+
+    def __init__(self, log: Any, records: list[tuple[int, bytes]], problems: list[Corruption]) -> None:
+        self._log = log  # the reader: its `_resyncing` outlives one parse
+        self._records = records
+        self._problems = problems
+        self._partial: list[bytes] = []
+        self.partial_start = -1
+
+    def damaged(self, pos: int, why: str) -> None:
+        """A damaged chunk at `pos`: the record under way is dropped, and what follows until a record starts."""
+        self._problems.append(Corruption(pos, why))
+        self._log._resyncing = True
+        self._partial, self.partial_start = [], -1
+
+    def chunk(self, kind: int, at: int, payload: bytes, next_pos: int) -> None:
+        """One sound chunk at `at` (the next begins at `next_pos`)."""
+        if kind in (FULL, FIRST):
+            if self.partial_start >= 0:
+                self._problems.append(Corruption(self.partial_start, "record without its last chunk"))
+                self._partial, self.partial_start = [], -1
+            self._log._resyncing = False
+        if kind == FULL:
+            self._records.append((at, payload))
+        elif kind == FIRST:
+            self._partial, self.partial_start = [payload], at
+        elif self.partial_start < 0:
+            if not self._log._resyncing:  # the tail of a record already reported damaged is dropped quietly
+                self._problems.append(Corruption(at, "chunk continues a record that never started"))
+        elif kind == MIDDLE:
+            self._partial.append(payload)
+            if next_pos - self.partial_start > MAX_RECORD:
+                self._problems.append(Corruption(self.partial_start, f"record longer than {MAX_RECORD} bytes"))
+                self._log._resyncing = True  # its further chunks are dropped quietly
+                self._partial, self.partial_start = [], -1
+        else:
+            self._records.append((self.partial_start, b"".join([*self._partial, payload])))
+            self._partial, self.partial_start = [], -1

@@ -55,7 +55,7 @@ regular single-link file owned by the writer's uid.
 Check order races, honestly: the claim is verified at a `check` (every evaluation tick), so a writer
 that opens, writes a NaN and exits between two checks is never verified (`target: writer` then refuses).
 Between the check and a signal, the kill notifier re-reads the pid and compares the start time, then
-signals through a pidfd; see `alertd.notify.procs`.
+signals through a pidfd; see `alertd.actions.procs`.
 
 Memory is bounded: at most `max_entries` writers (exited ones forgotten first, and any exited for
 `forget_after` seconds), and a negative cache of failed claims capped likewise. Pure Python over Linux
@@ -75,10 +75,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import cast
 
-from alertd.eventnames import is_event_file, parse_file_name
 from alertd.filekind import file_kind
 from alertd.model import format_time
-from alertd.procfs import Procfs, ProcInfo
+from alertd.runs.eventnames import is_event_file, parse_file_name
+from alertd.runs.procfs import Procfs, ProcInfo
 
 log = logging.getLogger(__name__)
 

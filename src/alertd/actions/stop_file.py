@@ -8,8 +8,10 @@ rule, labels, value, step, time, active_at, summary) that the loop can log to sa
 The path template substitutes alert labels only: `{run}` becomes the value of label `run`; `{{` and `}}`
 are literal braces; nothing is evaluated. A path that, once expanded, has a `..` part, or leaves
 `base_dir` (also through a symbolic link), is refused. A missing label, a refused path or a missing
-directory raise `NotifyError(recoverable=False)`; other file-system errors (a full disk) are recoverable.
-The directory is never created: a missing run directory means the run is not where the path says.
+directory are refusals, reported (`StopFileReport.refused`) and never retried; other file-system errors (a
+full disk) raise `NotifyError(recoverable=True)`, and the delivery is retried. The directory is never
+created: a missing run directory means the run is not where the path says. Every outcome is one
+`StopFileReport` to `report` (the service announces it, as kill's) and in `history`.
 """
 
 from __future__ import annotations
@@ -19,41 +21,77 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import ClassVar
 
+from alertd.actions.base import Firings, Reports
+from alertd.actions.config import StopFileConfig
 from alertd.errors import NotifyError
 from alertd.model import Notification, Transition, TransitionKind, format_time, format_value
-from alertd.notify.config import StopFileConfig
 
 log = logging.getLogger(__name__)
 
 
-class StopFileNotifier:
-    """Creates the stop file named by the alert's labels, once per firing."""
+@dataclass(frozen=True, slots=True)
+class StopFileReport:
+    """What the notifier did for one alert: the stop file it created, or why it refused."""
 
-    def __init__(self, name: str, cfg: StopFileConfig) -> None:
+    action: ClassVar[str] = "stop_file"
+    notifier: str
+    fingerprint: str
+    rule: str
+    path: str = ""
+    refused: str | None = None
+    stamp: str = ""
+    """The firing's start: tells this firing's report from an earlier one's (the announcement's key)."""
+    signals: tuple[()] = ()
+
+    def summary(self) -> str:
+        """One line for people."""
+        head = f"stop_file {self.notifier} for {self.rule}: "
+        if self.refused is not None:
+            return f"{head}REFUSED: {self.refused}"
+        return f"{head}asked the run to stop via {self.path}"
+
+
+class StopFileNotifier:
+    """Creates the stop file named by the alert's labels, once per firing; `report` gets what it did."""
+
+    def __init__(
+        self, name: str, cfg: StopFileConfig, *, report: Callable[[StopFileReport], Awaitable[None]] | None = None
+    ) -> None:
         self.name = name
         self.cfg = cfg
         self._parts = cfg.template_parts()
-        self._done: set[tuple[str, float]] = set()
+        self._acted = Firings()
+        self._reports: Reports[StopFileReport] = Reports(f"stop_file {name}", log, report)
+        self.history = self._reports.history
 
     async def send(self, notification: Notification) -> None:
-        """Write the stop file of each newly firing alert; the first failure is raised after the rest."""
+        """Write the stop file of each newly firing alert; a refusal is reported, a file-system error that may
+        pass (a full disk) is raised after the rest (the delivery is retried)."""
         failure: NotifyError | None = None
         for alert in notification.alerts:
             if alert.state is not TransitionKind.FIRING:
                 continue
             key = alert.firing_id
-            if key in self._done:
+            if key in self._acted:
                 continue
+            base = StopFileReport(self.name, alert.fingerprint, alert.rule, stamp=f"{alert.since:.3f}")
             try:
                 path = await self.create(alert)
             except NotifyError as e:
-                log.error("stop_file %s: %s", self.name, e)
-                failure = failure or e
+                if e.recoverable:
+                    log.error("stop_file %s: %s", self.name, e)
+                    failure = failure or e
+                    continue
+                self._acted.add(key)
+                await self._reports.emit(replace(base, refused=str(e)))
                 continue
-            self._done.add(key)
-            log.warning("stop_file %s: created %s for %s", self.name, path, alert.rule)
+            self._acted.add(key)
+            await self._reports.emit(replace(base, path=str(path)))
         if failure is not None:
             raise failure
 

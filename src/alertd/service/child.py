@@ -1,13 +1,13 @@
 """The trainer as alertd's own child (`alertd exec -- COMMAND ...`): output passed through and read.
 
-- The child's stdout and stderr are pipes to a small copy process (`alertd.childtee.TEE`), which copies
+- The child's stdout and stderr are pipes to a small copy process (`alertd.service.childtee.TEE`), which copies
   them to alertd's own stdout and stderr unchanged, byte for byte, as they arrive, and feeds a copy to
   alertd: the child prints at the speed of a plain pipe whatever alertd's parsing costs (what waits for
   the parsing is bounded; lines naming a NaN, an Inf or a crash are never dropped), and its output goes on
   if alertd dies. Two threads here split the fed bytes into lines (`LineSplitter`, progress bars included)
   and parse them as a text log (`LogStream`): `step=10 loss=nan` lines and HF's printed `{'loss': nan, ...}`
   dicts become samples, fatal lines (a Python traceback, CUDA out of memory, an NCCL timeout) events.
-- The child is started through `alertd.childtee.WRAP`, which asks the kernel for SIGINT when alertd dies
+- The child is started through `alertd.service.childtee.WRAP`, which asks the kernel for SIGINT when alertd dies
   (the polite stop) and then becomes the command, same pid: stdin is alertd's; its signal mask is empty
   and SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGXFSZ, SIGUSR1 and SIGUSR2 have their default dispositions,
   whatever alertd blocks or ignores. `PYTHONUNBUFFERED=1` is set unless the environment says otherwise, so
@@ -33,9 +33,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from alertd.childtee import TEE, WRAP, read_frames
 from alertd.model import Sample
-from alertd.procfs import Procfs
+from alertd.runs.procfs import Procfs
+from alertd.service.childtee import TEE, WRAP, read_frames
 from alertd.sources.linetail import LineSplitter
 from alertd.sources.textlog import LineParser, LogStream
 

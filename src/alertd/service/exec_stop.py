@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from alertd.actions.config import AskFirstConfig, KillConfig
 from alertd.config import Config
 from alertd.dispatch.route_config import RouteConfig
-from alertd.notify.config import AskFirstConfig, KillConfig
 
 STOP_RULES = ("loss_not_finite",)
 """The built-in rules whose firing stops the child."""

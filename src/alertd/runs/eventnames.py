@@ -1,6 +1,6 @@
 """What a TensorBoard event file's name says: `events.out.tfevents.<secs>.<host>[.<pid>.<n>][suffix]`.
 
-Light (no protobuf) so that both the TensorBoard source and `alertd.writers` read names the same way.
+Light (no protobuf) so that both the TensorBoard source and `alertd.runs.writers` read names the same way.
 A name is a claim only: anyone who can create or rename a file in a logdir chooses it.
 """
 

@@ -10,7 +10,7 @@ For each alert that turns FIRING (once per firing: the alert's fingerprint and `
      taken: anyone who can write a line alertd reads would otherwise cancel any job alertd's user may;
    - `writer`: the `SLURM_JOB_ID` in the environment of the run's verified writer (the process of this
      host, pinned by pid and start time, that alertd verified as the writer of the run's event file: see
-     `alertd.writers`), read from /proc only while that pid is still that process, and only when every
+     `alertd.runs.writers`), read from /proc only while that pid is still that process, and only when every
      event file of the run that could have produced the alert is the writer's uid's (`foreign_data`, as
      for `kill`).
    Both known and different, neither known, a malformed id, or a `host` label naming another machine:
@@ -40,15 +40,15 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from alertd.actions.base import Firings, Refused, Reports
+from alertd.actions.config import SlurmNotifierConfig
+from alertd.actions.kill import SentSignal
+from alertd.actions.targets import ClaimsLookup, SlurmJobTargets, WriterLookup
 from alertd.errors import NotifyError
-from alertd.model import Notification, Transition, TransitionKind, format_time
-from alertd.notify.acted import Firings, Reports
-from alertd.notify.config import SlurmNotifierConfig
-from alertd.notify.kill import ClaimsLookup, SentSignal, WriterLookup
-from alertd.procfs import Procfs
-from alertd.slurmjobs import JOB_ID, Job, JobsError, parse_jobs
+from alertd.model import Notification, TransitionKind, format_time
+from alertd.runs.procfs import Procfs
+from alertd.runs.slurmjobs import Job, JobsError, parse_jobs
 from alertd.subproc import run_program
-from alertd.writers import foreign_data
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +99,6 @@ class SlurmReport:
         return f"{head}job {self.job} ({self.attributed}): {sent}; {end}{note}"
 
 
-class _Refused(Exception):
-    pass
-
-
 class SlurmNotifier:
     """Stops the Slurm job of each newly firing alert (see the module docstring for what is trusted).
 
@@ -131,9 +127,9 @@ class SlurmNotifier:
         self.procfs = Procfs(proc_root)
         self._reports: Reports[SlurmReport] = Reports(f"slurm {name}", log, report)
         self.history = self._reports.history
-        self._writers = writers
-        self._claims = claims
-        self._slurm_sources = slurm_sources
+        self._jobs = SlurmJobTargets(
+            cfg.job_from, self.procfs, self.hostname, writers=writers, claims=claims, slurm_sources=slurm_sources
+        )
         self._acted = Firings()
         self._tasks: dict[asyncio.Task[None], SlurmReport] = {}
         self._closed = False
@@ -154,10 +150,10 @@ class SlurmNotifier:
                 continue
             base = SlurmReport(self.name, alert.fingerprint, alert.rule, "", stamp=f"{alert.since:.3f}")
             try:
-                job, how = await self._attribute(alert)
+                job, how = await asyncio.to_thread(self._jobs.attribute, alert)
                 base = replace(base, job=job, attributed=how)
                 found = await self._job(job)
-            except _Refused as r:
+            except Refused as r:
                 self._acted.add(key)
                 await self._emit(replace(base, refused=str(r)))
                 continue
@@ -190,86 +186,17 @@ class SlurmNotifier:
         if running:
             await asyncio.wait(running, timeout=CLOSE_WAIT)
 
+    async def wait_idle(self) -> None:
+        """Wait until every background wait for a job's end has reported (an ending alertd exec)."""
+        while pending := [t for t in self._tasks if not t.done()]:
+            await asyncio.wait(pending)
+
     # -- attribution ---------------------------------------------------------------------------------
-
-    def slurm_sources(self) -> frozenset[str]:
-        """The names of the sources whose `slurm_job_id` label is trusted: the config's `slurm` sources."""
-        names = self._slurm_sources
-        return frozenset(names() if callable(names) else names)
-
-    async def _attribute(self, alert: Transition) -> tuple[str, str]:
-        labels = dict(alert.labels)
-        host = labels.get("host")
-        if host is not None and host != self.hostname:
-            raise _Refused(f"the alert comes from host {host!r}, not this machine ({self.hostname!r})")
-        found: dict[str, str] = {}
-        untrusted = ""
-        if "label" in self.cfg.job_from and "slurm_job_id" in labels:
-            value = labels["slurm_job_id"]
-            trusted = self.slurm_sources()
-            if labels.get("source") not in trusted:
-                said = f"source {labels['source']!r}" if "source" in labels else "no source"
-                slurm = ", ".join(sorted(trusted)) or "none"
-                untrusted = (
-                    f"; its slurm_job_id label is not taken: the alert comes from {said}, not from a slurm "
-                    f"source of this config ({slurm})"
-                )
-                labels = {k: v for k, v in labels.items() if k != "slurm_job_id"}
-            elif not JOB_ID.fullmatch(value):
-                raise _Refused(f"the slurm_job_id label {value[:40]!r} is not a job id")
-            else:
-                found["label"] = value
-        if "writer" in self.cfg.job_from:
-            got = await asyncio.to_thread(self._from_writer, labels)
-            if got is not None:
-                found[got[1]] = got[0]
-        if not found:
-            wants = " or ".join(
-                {"label": "a slurm_job_id label", "writer": "a verified writer with SLURM_JOB_ID"}[w]
-                for w in self.cfg.job_from
-            )
-            raise _Refused(f"the alert has no attributable Slurm job (it needs {wants}){untrusted}")
-        ids = set(found.values())
-        if len(ids) > 1:
-            said = ", ".join(f"{how} says {job}" for how, job in found.items())
-            raise _Refused(f"the job is ambiguous: {said}")
-        return ids.pop(), " and ".join(found)
-
-    def _from_writer(self, labels: dict[str, str]) -> tuple[str, str] | None:
-        """(job id, how) from the run's verified writer's environment; None where there is no writer to
-        ask; _Refused where the writer is known but does not name its job exactly."""
-        source, run = labels.get("source"), labels.get("run")
-        if self._writers is None or source is None or run is None:
-            return None
-        w = self._writers(source, run)
-        if w is None:
-            return None
-        how = f"writer pid {w.pid}"
-        if w.host != self.hostname:
-            raise _Refused(f"the verified writer of run {run!r} runs on host {w.host!r}, not {self.hostname!r}")
-        if not w.alive:
-            raise _Refused(f"the verified writer of run {run!r} (pid {w.pid}) has exited")
-        claims = self._claims(source, run, None) if self._claims is not None else ()
-        foreign = foreign_data(w, claims, labels.get("host"), labels.get("pid"))
-        if foreign is not None:
-            raise _Refused(f"{foreign}: not acting on the job of the verified writer of run {run!r} (pid {w.pid})")
-        env = self.procfs.environ(w.pid, w.start_ticks)
-        if env is None:
-            raise _Refused(f"the environment of the verified writer (pid {w.pid}) can't be read (gone, or not ours)")
-        job = env.get("SLURM_JOB_ID")
-        if job is None:
-            return None if "label" in self.cfg.job_from and "slurm_job_id" in labels else self._no_job(w.pid)
-        if not JOB_ID.fullmatch(job):
-            raise _Refused(f"the writer's SLURM_JOB_ID {job[:40]!r} is not a job id")
-        return job, how
-
-    def _no_job(self, pid: int) -> tuple[str, str]:
-        raise _Refused(f"the verified writer (pid {pid}) does not run in a Slurm job (no SLURM_JOB_ID)")
 
     # -- Slurm ----------------------------------------------------------------------------------------
 
     async def _job(self, job: str) -> Job:
-        """The job as squeue lists it; _Refused when it does not; NotifyError when squeue can't say."""
+        """The job as squeue lists it; Refused when it does not; NotifyError when squeue can't say."""
         try:
             done = await run_program(
                 [self.cfg.squeue, "--json", f"--jobs={job.split('_')[0]}"],
@@ -282,7 +209,7 @@ class SlurmNotifier:
         err = done.stderr.decode(errors="replace").strip()[-_ERR_TAIL:]
         if done.timed_out or done.returncode != 0 or done.stdout_cut:
             if "Invalid job id" in err:
-                raise _Refused(f"Slurm knows no job {job}")
+                raise Refused(f"Slurm knows no job {job}")
             why = "timed out" if done.timed_out else f"exited with status {done.returncode}: {err}"
             raise NotifyError(f"slurm {self.name}: squeue {why}", recoverable=True)
         try:
@@ -292,7 +219,7 @@ class SlurmNotifier:
         for j in jobs:
             if j.job_id == job:
                 return j
-        raise _Refused(f"Slurm knows no job {job} (not in squeue's list: unknown, or ended long ago)")
+        raise Refused(f"Slurm knows no job {job} (not in squeue's list: unknown, or ended long ago)")
 
     async def _scancel(self, job: str, sig: str | None) -> str | None:
         """Run scancel; None when it was taken, else why the job can't be acted on (a refusal).
@@ -346,7 +273,7 @@ class SlurmNotifier:
         while True:
             try:
                 found = await self._job(job)
-            except _Refused:
+            except Refused:
                 return "ENDED", True  # the controller no longer lists it: it ended
             except NotifyError:
                 found = None

@@ -318,30 +318,11 @@ class RunTracker:
             return False
         if not bool(np.isfinite(times).all()):
             return False
-        kinds = self._kinds
-        if len(kinds) > _KINDS_MAX:
-            kinds.clear()
         ids = list(map(id, keys))
-        slots: dict[int, int] = {}
-        order: list[tuple[str, str]] = []
-        index: dict[tuple[str, str], int] = {}
-        skipped = False
-        for ident, key in dict(zip(ids, keys, strict=True)).items():  # one id is one key object: in batch order
-            hit = kinds.get(ident)
-            if hit is None:
-                hit = kinds[ident] = (key, _kind(key))
-            kind = hit[1]
-            if kind == _OTHER:
-                return False
-            if kind == _SKIP:
-                slots[ident], skipped = -1, True
-                continue
-            assert isinstance(kind, tuple)
-            slot = index.get(kind)
-            if slot is None:
-                slot = index[kind] = len(order)
-                order.append(kind)
-            slots[ident] = slot
+        sorted_out = self._slots(ids, keys)
+        if sorted_out is None:
+            return False
+        slots, order, skipped = sorted_out
         if not order:
             return True
         runs = [self.runs.get(k) for k in order]
@@ -354,43 +335,91 @@ class RunTracker:
         else:
             labels = np.fromiter(map(slots.__getitem__, ids), np.intp, len(ids))
             picks = [np.flatnonzero(labels == slot) for slot in range(len(order))]
-        stall = self.stall_after
         plans = []
         for run, rows in zip(runs, picks, strict=True):
-            t = times if rows is None else times[rows]
-            prev = -math.inf if run is None else run.last_time
-            highs = np.maximum.accumulate(t)
-            if math.isfinite(prev) and t[0] - prev > stall:
-                return False  # a gap before the batch: the run stalled (sample by sample)
-            if len(t) > 1 and bool((t[1:] - np.maximum(highs[:-1], prev) > stall).any()):
-                return False  # a gap inside the batch
-            plans.append((t, prev, highs))
-        for (source, name), run, rows, (t, prev, highs) in zip(order, runs, picks, plans, strict=True):
-            if run is None:
-                run = self._run(source, name)
-            steps: Sequence[Any]
-            mine: Sequence[Any]
-            if rows is None:
-                steps, mine = step_col, time_col
-            else:
-                picked = rows.tolist()
-                steps, mine = [step_col[i] for i in picked], [time_col[i] for i in picked]
-            if None in steps:
-                steps = [x for x in steps if x is not None]
-            if steps:  # min and max keep the first of equal values, as the loop does
-                low, high = min(steps), max(steps)
-                run.first_step = low if run.first_step is None else min(run.first_step, low)
-                run.last_step = high if run.last_step is None else max(run.last_step, high)
-            run.first_time = min(run.first_time, mine[int(t.argmin())])
-            run.last_time = max(run.last_time, mine[int(t.argmax())])
-            first_live = 0 if run.live else -1
-            if now is not None and first_live < 0:
-                young = np.flatnonzero(now - t < stall)
-                if len(young):
-                    run.live, first_live = True, int(young[0])
-            if first_live >= 0:
-                self._next_tick = min(self._next_tick, max(prev, float(highs[first_live])) + stall)
+            plan = self._gapless(run, times if rows is None else times[rows])
+            if plan is None:
+                return False
+            plans.append(plan)
+        for (source, name), run, rows, plan in zip(order, runs, picks, plans, strict=True):
+            self._advance(run or self._run(source, name), rows, step_col, time_col, plan, now)
         return True
+
+    def _slots(
+        self, ids: list[int], keys: Sequence[SeriesKey]
+    ) -> tuple[dict[int, int], list[tuple[str, str]], bool] | None:
+        """Each key object's run slot (-1: passed over), the runs in batch order, whether any key was passed
+        over; None when a key's samples can change a run's state (markers: sample by sample)."""
+        kinds = self._kinds
+        if len(kinds) > _KINDS_MAX:
+            kinds.clear()
+        slots: dict[int, int] = {}
+        order: list[tuple[str, str]] = []
+        index: dict[tuple[str, str], int] = {}
+        skipped = False
+        for ident, key in dict(zip(ids, keys, strict=True)).items():  # one id is one key object: in batch order
+            hit = kinds.get(ident)
+            if hit is None:
+                hit = kinds[ident] = (key, _kind(key))
+            kind = hit[1]
+            if kind == _OTHER:
+                return None
+            if kind == _SKIP:
+                slots[ident], skipped = -1, True
+                continue
+            assert isinstance(kind, tuple)
+            slot = index.get(kind)
+            if slot is None:
+                slot = index[kind] = len(order)
+                order.append(kind)
+            slots[ident] = slot
+        return slots, order, skipped
+
+    def _gapless(self, run: Run | None, t: Any) -> tuple[Any, float, Any] | None:
+        """(its times, its last time before, their running maximum) for a run's samples of a batch, or None
+        where a gap over `stall_after` lies before or inside them (the run stalled: sample by sample)."""
+        stall = self.stall_after
+        prev = -math.inf if run is None else run.last_time
+        highs = np.maximum.accumulate(t)
+        if math.isfinite(prev) and t[0] - prev > stall:
+            return None
+        if len(t) > 1 and bool((t[1:] - np.maximum(highs[:-1], prev) > stall).any()):
+            return None
+        return t, prev, highs
+
+    def _advance(
+        self,
+        run: Run,
+        rows: Any,
+        step_col: Sequence[Any],
+        time_col: Sequence[Any],
+        plan: tuple[Any, float, Any],
+        now: float | None,
+    ) -> None:
+        """Move a run's first/last step and time and its liveness over its samples of a batch (`rows`; None: all)."""
+        t, prev, highs = plan
+        steps: Sequence[Any]
+        mine: Sequence[Any]
+        if rows is None:
+            steps, mine = step_col, time_col
+        else:
+            picked = rows.tolist()
+            steps, mine = [step_col[i] for i in picked], [time_col[i] for i in picked]
+        if None in steps:
+            steps = [x for x in steps if x is not None]
+        if steps:  # min and max keep the first of equal values, as the loop does
+            low, high = min(steps), max(steps)
+            run.first_step = low if run.first_step is None else min(run.first_step, low)
+            run.last_step = high if run.last_step is None else max(run.last_step, high)
+        run.first_time = min(run.first_time, mine[int(t.argmin())])
+        run.last_time = max(run.last_time, mine[int(t.argmax())])
+        first_live = 0 if run.live else -1
+        if now is not None and first_live < 0:
+            young = np.flatnonzero(now - t < self.stall_after)
+            if len(young):
+                run.live, first_live = True, int(young[0])
+        if first_live >= 0:
+            self._next_tick = min(self._next_tick, max(prev, float(highs[first_live])) + self.stall_after)
 
     def _run(self, source: str, name: str) -> Run:
         key = (source, name)

@@ -34,10 +34,10 @@ from typing import Any
 import httpx
 
 from alertd import __version__ as _version
+from alertd.actions.base import Firings, Reports
+from alertd.actions.config import WandbStopConfig
 from alertd.errors import NotifyError
 from alertd.model import Notification, TransitionKind
-from alertd.notify.acted import Firings, Reports
-from alertd.notify.config import WandbStopConfig
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Exact signalling of one process, and the rules on which processes alertd may signal at all.
 
-A process is identified by its pid AND its start time (`alertd.procfs`, which this module re-exports):
+A process is identified by its pid AND its start time (`alertd.runs.procfs`, which this module re-exports):
 a pid alone may be reused by an unrelated process once the first one is gone. `ProcessHandle` pins that
 identity when the target is resolved and checks it again before every signal; where the kernel has
 pidfds (Linux >= 5.3) the signal also goes through a pidfd opened on the pinned process, which closes
@@ -22,7 +22,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 
-from alertd.procfs import Procfs, ProcInfo
+from alertd.runs.procfs import Procfs, ProcInfo
 
 __all__ = ["Delivery", "ExitSeen", "ProcInfo", "ProcessHandle", "Procfs", "refusal"]
 

@@ -9,7 +9,7 @@ identity is checked again before every signal: a pid that now names another proc
 
 How each target is found, and what is trusted:
 - `writer`: ONLY the verified writer of the alert's (`source`, `run`) labels, from the `writers` lookup
-  (`alertd.writers.WriterRegistry.writer`): a process of this host whose uid owns an event file of that
+  (`alertd.runs.writers.WriterRegistry.writer`): a process of this host whose uid owns an event file of that
   run and that alertd saw holding it open for writing ("holds"), or that started before the file was
   created ("owner", for torch's writer, which holds nothing between flushes; the report says which). It
   is pinned by the verified pid AND start time; the alert's `pid` label never names the target (where
@@ -17,7 +17,7 @@ How each target is found, and what is trusted:
   process's file). A `host` label must equal this host's name exactly. Then the data must be the
   writer's own: every event file of the run that could have produced the alert's series (named for its
   host and pid; all of them for an alert without a pid label), the `claims` lookup's and the run
-  directory's, must be owned by the writer's uid at that moment (`alertd.writers.foreign_data`), or the
+  directory's, must be owned by the writer's uid at that moment (`alertd.runs.writers.foreign_data`), or the
   alert is refused naming the file and its uid: another user's NaN file in a shared run directory
   never stops your trainer. Without a lookup (`writers=None`) every writer target is refused.
 - `pid`: the configured pid.
@@ -59,48 +59,32 @@ For `pidfile`, a reused pid whose process started within `START_SLACK_TICKS` aft
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
-import re
 import signal
 import socket
-import stat
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from alertd.actions.base import Firings, Refused, Reports
+from alertd.actions.config import KillConfig
+from alertd.actions.procs import Delivery, ExitSeen, ProcessHandle, Procfs, ProcInfo
+from alertd.actions.stop_file import StopFileNotifier
+from alertd.actions.targets import ChildLookup, ClaimsLookup, ProcessTargets, WriterLookup
 from alertd.clock import Clock, SystemClock
 from alertd.errors import NotifyError
-from alertd.filekind import file_kind
 from alertd.model import Notification, Transition, TransitionKind, format_time
-from alertd.notify.acted import Firings, Reports
-from alertd.notify.config import KillConfig
-from alertd.notify.procs import Delivery, ExitSeen, ProcessHandle, Procfs, ProcInfo, refusal
-from alertd.notify.stop_file import StopFileNotifier
-from alertd.userregex import compile_user_regex
-from alertd.writers import VerifiedWriter, WriterClaim, foreign_data
 
 log = logging.getLogger(__name__)
 
-WriterLookup = Callable[[str, str], VerifiedWriter | None]
-"""(source, run) -> the run's verified writer, or None: `WriterRegistry.writer`."""
-ClaimsLookup = Callable[[str, str, int | None], list[WriterClaim]]
-"""(source, run, pid) -> the run's event files naming `pid` (None: all) that the last check saw:
-`WriterRegistry.claims`."""
-
 POLL = 0.05
 """Seconds between two looks at /proc while waiting for the target to exit."""
-START_SLACK_TICKS = 2
-"""Clock ticks a process may have started after a pidfile's mtime (mtimes come from a coarse clock)."""
-PIDFILE_MAX = 64
-"""A pidfile larger than this many bytes is refused unread."""
 CLOSE_WAIT = 5.0
 """Seconds `aclose` waits for the reports of the escalations it stopped."""
 CMDLINE_SHOWN = 80
 """Characters of the program (or, with `report_cmdline`, the command line) a report's line shows."""
-_PID_TEXT = re.compile(r"\s*([0-9]{1,10})\s*")
 _WHY = {
     Delivery.GONE: "process gone/reused",
     Delivery.EXITED: "process already exited",
@@ -169,31 +153,6 @@ class KillReport:
         return f"{head}{did} {who} on {self.host}; {end}{note}"
 
 
-class Refused(Exception):
-    """The target can't or mustn't be signalled: reported, never retried."""
-
-    def __init__(self, reason: str, pid: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.pid = pid
-
-
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    pid: int
-    start_ticks: int | None = None
-    """The pinned identity (writer: the verified start time): another start time is another process."""
-    born_before: float | None = None
-    """The process must have started before this instant (pidfile: its mtime), epoch seconds."""
-    owner_uid: int | None = None
-    """The uid owning the pidfile: it may name only its own processes (root's and alertd's: any)."""
-    what: str = ""
-    verified: str = ""
-    """The writer target: how it was verified (the report says it)."""
-    own_data: Callable[[], str | None] | None = None
-    """Checked last, once the process passed: why the alert's data may not be the target's own, or None."""
-
-
 @dataclass(frozen=True, slots=True)
 class _Asked:
     """The outcome of the `ask_first` step for one alert."""
@@ -236,7 +195,7 @@ class KillNotifier:
         report: Callable[[KillReport], Awaitable[None]] | None = None,
         writers: WriterLookup | None = None,
         claims: ClaimsLookup | None = None,
-        child: Callable[[], tuple[int, int] | None] | None = None,
+        child: ChildLookup | None = None,
         hostname: str | None = None,
         proc_root: str | os.PathLike[str] = "/proc",
         clock: Clock | None = None,
@@ -247,9 +206,7 @@ class KillNotifier:
         self.procfs = Procfs(proc_root)
         self._reports: Reports[KillReport] = Reports(f"kill {name}", log, report)
         self.history = self._reports.history
-        self._writers = writers
-        self._claims = claims
-        self._child = child
+        self._targets = ProcessTargets(cfg, self.procfs, self.hostname, writers=writers, claims=claims, child=child)
         self._clock = clock or SystemClock()
         self._signals = [signal.Signals[n] for n in cfg.signals]
         self._asker = StopFileNotifier(name, cfg.ask_first.stop_file_config()) if cfg.ask_first else None
@@ -313,7 +270,7 @@ class KillNotifier:
             dry_run=self.cfg.dry_run,
         )
         try:
-            targets, refusals = await asyncio.to_thread(self._resolve, alert)
+            targets, refusals = await asyncio.to_thread(self._targets.resolve, alert)
         except Refused as r:
             targets, refusals = [], [(r.pid, r.reason, "")]
         asked = await self._ask(alert) if self._asker is not None and not self.cfg.dry_run else None
@@ -322,172 +279,6 @@ class KillNotifier:
             await self._emit(replace(base, pid=pid, refused=reason, note=note, verified=verified))
         for info, verified in targets:
             await self._start(replace(base, verified=verified), info, alert, asked)
-
-    def _resolve(self, alert: Transition) -> tuple[list[tuple[ProcInfo, str]], list[tuple[int | None, str, str]]]:
-        """The processes to signal and the refused candidates (blocking /proc reads: a worker thread), each
-        with how it was verified (the writer target; else "")."""
-        targets: list[tuple[ProcInfo, str]] = []
-        refusals: list[tuple[int | None, str, str]] = []
-        for cand in self._candidates(alert):
-            info = self.procfs.read(cand.pid)
-            try:
-                self._check(cand, info)
-            except Refused as r:
-                refusals.append((cand.pid, r.reason, cand.verified))
-                continue
-            assert info is not None
-            targets.append((info, cand.verified))
-        return targets, refusals
-
-    def _candidates(self, alert: Transition) -> list[_Candidate]:
-        target = self.cfg.target
-        if target == "writer":
-            return [self._writer(alert)]
-        if target == "pid":
-            assert self.cfg.pid is not None
-            return [_Candidate(self.cfg.pid)]
-        if target == "pidfile":
-            return [self._pidfile()]
-        if target == "child":
-            return [self._child_candidate(alert)]
-        return [_Candidate(info.pid, start_ticks=info.start_ticks) for info in self._cmdline_matches()]
-
-    def _child_candidate(self, alert: Transition) -> _Candidate:
-        child = self._child() if self._child is not None else None
-        if child is None:
-            raise Refused("target child: no child process (it is alertd exec's trainer: is alertd running as exec?)")
-        pid, start_ticks = child
-        labels = dict(alert.labels)
-        named, host = labels.get("pid") or str(pid), labels.get("host")
-        # The data names the process that wrote it: it must be the child, or one of its own (a torchrun rank).
-        here = host is None or host == self.hostname
-        if here and named != str(pid) and (not named.isdigit() or pid not in self.procfs.ancestors(int(named))):
-            raise Refused(
-                f"the data comes from pid {named}, which is neither the child (pid {pid}) nor one of its "
-                "descendants: an earlier run's alert is not acted on",
-                pid,
-            )
-        return _Candidate(pid, start_ticks=start_ticks, what=f"the child (pid {pid})")
-
-    def _check(self, cand: _Candidate, info: ProcInfo | None) -> None:
-        if cand.start_ticks is not None and (info is None or info.start_ticks != cand.start_ticks):
-            now = "is free" if info is None else "now names another process"
-            raise Refused(f"{cand.what or f'pid {cand.pid}'} has exited: pid {cand.pid} {now}", cand.pid)
-        reason = refusal(self.procfs, cand.pid, info, allow_other_users=self.cfg.allow_other_users)
-        if reason is not None:
-            raise Refused(reason, cand.pid)
-        assert info is not None
-        if cand.owner_uid is not None and cand.owner_uid not in (0, os.getuid(), info.uid):
-            raise Refused(
-                f"{cand.what} by uid {cand.owner_uid}, but pid {cand.pid} belongs to uid {info.uid}: "
-                "a pidfile names only processes of its owner",
-                cand.pid,
-            )
-        if cand.born_before is not None:
-            limit = self.procfs.ticks_at(cand.born_before) + START_SLACK_TICKS
-            if info.start_ticks > limit:
-                started = self.procfs.start_epoch(info)
-                raise Refused(
-                    f"pid {cand.pid} started at {format_time(started)}, after {cand.what} "
-                    f"({format_time(cand.born_before)}): the pid now names another process",
-                    cand.pid,
-                )
-        foreign = cand.own_data() if cand.own_data is not None else None
-        if foreign is not None:
-            raise Refused(f"{foreign}: not acting on {cand.what}", cand.pid)
-
-    def _writer(self, alert: Transition) -> _Candidate:
-        labels = dict(alert.labels)
-        if self._writers is None:
-            raise Refused("no writer registry: target writer acts only on a writer alertd has verified")
-        source, run = labels.get("source"), labels.get("run")
-        if source is None or run is None:
-            raise Refused("the alert has no source and run labels: target writer acts only on a run's verified writer")
-        host = labels.get("host")
-        if host is not None and host != self.hostname:
-            raise Refused(f"the data comes from host {host!r}, not this machine ({self.hostname!r})")
-        w = self._writers(source, run)
-        if w is None:
-            raise Refused(
-                f"no writer of run {run!r} (source {source!r}) has been verified (holding one of its event files "
-                "open, or owning one it started before): a pid in a file name is not trusted"
-            )
-        if w.host != self.hostname:
-            raise Refused(f"the verified writer of run {run!r} runs on host {w.host!r}, not {self.hostname!r}")
-        named = labels.get("pid")
-        if named is not None and named != str(w.pid):
-            raise Refused(
-                f"the data comes from an event file named for pid {named}, but the verified writer of run "
-                f"{run!r} is pid {w.pid} ({w.path}): not acting on a process that did not write it"
-            )
-        what = f"the verified writer of run {run!r} (pid {w.pid})"
-        if not w.alive:
-            raise Refused(f"{what} has exited", w.pid)
-        claims = self._claims
-
-        def own_data() -> str | None:
-            return foreign_data(w, claims(source, run, None) if claims is not None else (), host, named)
-
-        return _Candidate(w.pid, start_ticks=w.start_ticks, what=what, verified=w.evidence, own_data=own_data)
-
-    def _pidfile(self) -> _Candidate:
-        assert self.cfg.pidfile is not None
-        path = self.cfg.pidfile
-        try:
-            lst = os.lstat(path)
-        except FileNotFoundError:
-            raise Refused(f"pidfile {path} does not exist") from None
-        except OSError as e:
-            raise Refused(f"pidfile {path} can't be read: {e.strerror}") from None
-        if not stat.S_ISREG(lst.st_mode):
-            raise Refused(f"pidfile {path} is {file_kind(lst.st_mode)}, not a regular file: not read")
-        if lst.st_size > PIDFILE_MAX:
-            raise Refused(f"pidfile {path} is {lst.st_size} bytes: a pidfile holds at most {PIDFILE_MAX}; not read")
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY)
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise Refused(f"pidfile {path} is a symbolic link, not a regular file: not read") from None
-            raise Refused(f"pidfile {path} can't be read: {e.strerror}") from None
-        try:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != (lst.st_dev, lst.st_ino) or not stat.S_ISREG(st.st_mode):
-                raise Refused(f"pidfile {path} was replaced while it was read: not trusted")
-            data = os.read(fd, PIDFILE_MAX + 1)
-        finally:
-            os.close(fd)
-        text = data.decode("ascii", errors="replace")
-        m = _PID_TEXT.fullmatch(text)
-        if len(data) > PIDFILE_MAX or m is None:
-            raise Refused(f"pidfile {path} does not hold a process id: {text[:40]!r}")
-        return _Candidate(
-            int(m.group(1)), born_before=st.st_mtime, owner_uid=st.st_uid, what=f"pidfile {path} was written"
-        )
-
-    def _cmdline_matches(self) -> list[ProcInfo]:
-        assert self.cfg.cmdline is not None
-        rx = compile_user_regex(self.cfg.cmdline)
-        ancestors = set(self.procfs.ancestors(os.getpid()))
-        found: list[ProcInfo] = []
-        ignored = 0
-        for pid in self.procfs.pids():
-            info = self.procfs.read(pid)
-            if info is None or not rx.search(info.cmdline):
-                continue
-            if refusal(self.procfs, pid, info, allow_other_users=self.cfg.allow_other_users, ancestors=ancestors):
-                ignored += 1  # another user's, a zombie, alertd or an ancestor: neither counted nor matched
-                continue
-            found.append(info)
-        besides = f" ({ignored} other matching process(es) alertd may not signal were ignored)" if ignored else ""
-        if not found:
-            raise Refused(f"no process that alertd may signal matches cmdline {self.cfg.cmdline!r}{besides}")
-        if len(found) > 1 and not self.cfg.all:
-            pids = ", ".join(str(i.pid) for i in found)
-            raise Refused(
-                f"cmdline {self.cfg.cmdline!r} matches {len(found)} processes (pids {pids}); "
-                f"it must match exactly one (or set all: true){besides}"
-            )
-        return found
 
     # -- asking, signalling, escalating ----------------------------------------------------------
 

@@ -1,4 +1,10 @@
-"""What the action notifiers (kill, wandb_stop, slurm) share: acting once per firing, and reporting."""
+"""What the actions (kill, stop_file, wandb_stop, slurm) share: acting once per firing, refusing, reporting.
+
+The contract every action keeps, beside the notifier's (`send`, `aclose`): it acts on each alert that newly
+fires, once per firing (`Firings`); a target it can't or mustn't act on is a `Refused`, reported and never
+retried (a delivery failure a retry could mend is a `NotifyError(recoverable=True)`); every outcome, done or
+refused, is one report (`Reports`), handed to the service, which announces it to the alert's receivers that
+take reports (`alertd.dispatch.announce`)."""
 
 from __future__ import annotations
 
@@ -53,3 +59,12 @@ class Reports(Generic[R]):
             await self.callback(report)
         except Exception:
             self.log.exception("%s: the report callback failed", self.what)
+
+
+class Refused(Exception):
+    """The target can't or mustn't be acted on: reported, never retried. `pid`: the process it concerns, if any."""
+
+    def __init__(self, reason: str, pid: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.pid = pid
