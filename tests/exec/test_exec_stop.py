@@ -164,7 +164,7 @@ def service(tmp_path: Path):  # type: ignore[no-untyped-def]
         assert line, "the service exited"
     yield proc
     proc.terminate()
-    proc.wait(30)
+    proc.communicate(timeout=30)
 
 
 def test_exec_starts_its_trainer_beside_a_running_service(tmp_path: Path, service: subprocess.Popen[str]) -> None:
@@ -180,7 +180,7 @@ def test_exec_starts_its_trainer_beside_a_running_service(tmp_path: Path, servic
         assert b.returncode == 0 and b.stdout == "second\n", b.stderr[-3000:]
         assert (tmp_path / ".state" / "exec" / "twin.2" / "alertd.db").is_file()
     finally:
-        a.wait(30)
+        a.communicate(timeout=30)
     # a state directory given explicitly and held: refused, saying what to do
     held = alertd_exec(tmp_path, "--state-dir", ".state", "--", "true")
     assert held.returncode == 2
