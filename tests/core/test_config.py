@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -193,7 +195,7 @@ def test_a_file_that_is_not_utf8_or_nested_too_deeply_is_one_clear_error(tmp_pat
 
 
 def test_every_condition_kind_the_message_lists_is_one_the_parser_takes() -> None:
-    from alertd.config import CONDITION_KINDS, CONDITION_WORDS, condition_kinds, parse_condition
+    from alertd.config.conditions import CONDITION_KINDS, CONDITION_WORDS, condition_kinds, parse_condition
     from alertd.rules.conditions import AGGREGATES
 
     with pytest.raises(ValueError) as info:
@@ -227,3 +229,17 @@ def test_an_emptied_value_is_reported_once_as_its_variable_and_other_keys_still_
     got = problems([path])
     assert got[0] == f"{path}:2: rules[0].metric: environment variable NOPE is not set"
     assert [p.split(": ")[1] for p in got[1:]] == ["rules[1].condition"]
+
+
+@pytest.mark.parametrize("first", ["alertd.notify.config", "alertd.sources.config", "alertd.dispatch.route_config"])
+def test_the_config_package_s_names_resolve_whatever_model_is_imported_first(first: str) -> None:
+    """The sources', notifiers' and routes' models use `alertd.config.types` while `alertd.config` uses them: any
+    of them imported first (a fresh interpreter) loads, and every name `alertd.config` offers resolves."""
+    code = f"import {first}\nimport alertd.config as c\nfor name in c.__all__: getattr(c, name)\nprint(len(c.__all__))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    import alertd.config
+
+    assert done.stdout.strip() == str(len(alertd.config.__all__))
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        alertd.config.nope  # noqa: B018

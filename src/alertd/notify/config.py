@@ -10,10 +10,10 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from alertd.config_types import Duration, Strict
-from alertd.httpauth import BasicAuthConfig, TLSConfig
+from alertd.config.httpauth import BasicAuthConfig, TLSConfig
+from alertd.config.secretfiles import read_secret_file, secrets_from_files
+from alertd.config.types import Duration, Strict
 from alertd.notify.template_data import check_notifier_template
-from alertd.secretfiles import read_secret_file, secrets_from_files
 
 NotifierTemplate = Annotated[str, AfterValidator(check_notifier_template)]
 """A notifier's `title`/`text`: a Jinja2 template over the notification (see notify.template_data)."""

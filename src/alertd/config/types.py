@@ -32,3 +32,8 @@ class SourceConfigBase(Strict):
     interval: Duration = 1.0
     max_series: int | None = Field(default=None, ge=1)
     """The most series this source may make (default: `buffer.max_series_per_source`)."""
+
+
+def redacted(model: BaseModel) -> dict[str, Any]:
+    """A model as JSON-ready data with every secret shown as `***`."""
+    return model.model_dump(mode="json", by_alias=True)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from alertd.config_types import Strict
+from alertd.config.types import Strict
 from alertd.durations import parse_duration
 from alertd.rules.conditions import AGGREGATES, OPS, Plateau, Span, WindowAggregate, ZScore
 

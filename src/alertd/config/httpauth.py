@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from alertd.config_types import Strict
-from alertd.secretfiles import secrets_from_files
+from alertd.config.secretfiles import secrets_from_files
+from alertd.config.types import Strict
 
 
 class BasicAuthConfig(Strict):

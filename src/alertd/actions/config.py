@@ -1,0 +1,231 @@
+"""The rules-file models of the actions: the notifiers that act on a training run (`kill`, `stop_file`,
+`wandb_stop`, `slurm`) rather than tell people."""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
+
+from pydantic import ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from alertd.config.secretfiles import secrets_from_files
+from alertd.config.types import Duration, Strict
+from alertd.userregex import compile_user_regex
+
+
+class AskFirstConfig(Strict):
+    """The kill notifier's polite first step: create a stop file, then wait for the process to leave.
+
+    `stop_file` is a path template with `{label}` placeholders, expanded and checked exactly as the
+    `stop_file` notifier's `path` (absolute, or relative to `base_dir`, never leaving it). alertd's
+    training callback polls that file (default `<output_dir>/ALERTD_STOP`), saves a checkpoint and stops.
+    """
+
+    stop_file: str = Field(min_length=1)
+    base_dir: str | None = None
+    wait: Duration = 60.0
+
+    @model_validator(mode="after")
+    def _path(self) -> AskFirstConfig:
+        try:
+            self.stop_file_config()
+        except ValidationError as e:
+            why = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
+            raise ValueError(f"stop_file: {why}") from None
+        if self.wait < 0:
+            raise ValueError("ask_first.wait must not be negative")
+        return self
+
+    def stop_file_config(self) -> StopFileConfig:
+        """The same path as a `stop_file` notifier config (validated: stray braces, relative paths)."""
+        return StopFileConfig(type="stop_file", path=self.stop_file, base_dir=self.base_dir)
+
+
+class KillConfig(Strict):
+    """Stops the training process: optionally asks first (a stop file), then SIGINT (checkpoint), escalating.
+
+    `target` says how the process is found: `writer` (the process alertd verified as holding an event file
+    of the alert's `source` and `run` open, see `alertd.runs.writers`; a pid in a file name or label is never
+    trusted), `pid`, `pidfile` (a small regular file holding the pid), `cmdline` (a regular expression
+    searched in `/proc/<pid>/cmdline` that must match exactly one process alertd may signal, or every such
+    match with `all`) or `child` (the trainer `alertd exec` started: the default under `alertd exec`).
+    With `ask_first`, a stop file is created first and the process gets `wait` to exit
+    by itself. `signals` are then sent in order, `grace` apart, until the process exits. Reports name the
+    program signalled (`python3 train.py`), never its arguments, unless `report_cmdline` is true.
+    """
+
+    type: Literal["kill"]
+    target: Literal["writer", "pid", "pidfile", "cmdline", "child"] = "writer"
+    pid: int | None = Field(default=None, ge=2)
+    pidfile: str | None = None
+    cmdline: str | None = None
+    all: bool = False
+    signals: list[str] = Field(default_factory=lambda: ["SIGINT", "SIGTERM", "SIGKILL"], min_length=1)
+    grace: Duration = 60.0
+    dry_run: bool = False
+    allow_other_users: bool = False
+    ask_first: AskFirstConfig | None = None
+    report_cmdline: bool = False
+
+    @field_validator("signals")
+    @classmethod
+    def _signal_names(cls, names: list[str]) -> list[str]:
+        out = []
+        for name in names:
+            full = name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper()
+            if full not in signal.Signals.__members__:
+                raise ValueError(f"unknown signal {name!r} (use names such as SIGINT, SIGTERM, SIGKILL)")
+            out.append(full)
+        return out
+
+    @model_validator(mode="after")
+    def _target_fields(self) -> KillConfig:
+        needs = {"pid": "pid", "pidfile": "pidfile", "cmdline": "cmdline"}
+        for field, target in needs.items():
+            given = getattr(self, field) is not None
+            if self.target == target and not given:
+                raise ValueError(f"target: {target} needs `{field}`")
+            if given and self.target != target:
+                raise ValueError(f"`{field}` is only used with target: {target} (target is {self.target})")
+        if self.all and self.target != "cmdline":
+            raise ValueError("`all` is only used with target: cmdline")
+        if self.cmdline is not None:
+            try:
+                compile_user_regex(self.cmdline)
+            except ValueError as e:
+                raise ValueError(f"cmdline is not a valid regular expression: {e}") from None
+        return self
+
+
+class StopFileConfig(Strict):
+    """Creates a file that a training loop polls to stop itself after a checkpoint.
+
+    `path` may name alert labels as `{label}` (for example `/runs/{run}/STOP`); `{{` and `}}` are literal
+    braces. Nothing else is expanded. The path must be absolute, or relative to `base_dir`; with
+    `base_dir`, the expanded path must stay inside it. A path with a `..` part is always refused.
+    """
+
+    type: Literal["stop_file"]
+    path: str = Field(min_length=1)
+    base_dir: str | None = None
+
+    _PART: ClassVar[re.Pattern[str]] = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}|[{}]|[^{}]+")
+
+    @model_validator(mode="after")
+    def _template(self) -> StopFileConfig:
+        self.template_parts()
+        if self.base_dir is None and not self.path.startswith("/"):
+            raise ValueError("path must be absolute unless base_dir is given")
+        if self.base_dir is not None and not self.base_dir.startswith("/"):
+            raise ValueError("base_dir must be an absolute path")
+        return self
+
+    def template_parts(self) -> list[tuple[bool, str]]:
+        """`path` split into (is_label, text) parts; ValueError naming the place of a stray brace."""
+        parts: list[tuple[bool, str]] = []
+        for m in self._PART.finditer(self.path):
+            tok = m.group(0)
+            if m.group(1) is not None:
+                parts.append((True, m.group(1)))
+            elif tok in ("{{", "}}"):
+                parts.append((False, tok[0]))
+            elif tok in ("{", "}"):
+                raise ValueError(
+                    f"path template {self.path!r}: stray {tok!r} at column {m.start() + 1} "
+                    "(write {label} to insert a label, {{ or }} for a literal brace)"
+                )
+            else:
+                parts.append((False, tok))
+        return parts
+
+
+class WandbStopConfig(Strict):
+    """Stops the alert's W&B run (its `run` label, `entity/project/run_id`) through the GraphQL API, as
+    `wandb.Api().run(path).stop()` does. The key comes from `api_key`, `api_key_file`, else WANDB_API_KEY;
+    the server from `base_url`, else WANDB_BASE_URL, else https://api.wandb.ai."""
+
+    model_config = ConfigDict(**Strict.model_config, hide_input_in_errors=True)
+    SECRET_FIELDS: ClassVar[tuple[str, ...]] = ("api_key",)
+
+    type: Literal["wandb_stop"]
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    timeout: Duration = 30.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_files(cls, data: Any) -> Any:
+        return secrets_from_files(data, cls.SECRET_FIELDS)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None and urlsplit(url).scheme not in ("http", "https"):
+            raise ValueError(f"base_url must be an http(s) URL (got {url[:80]!r})")
+        return url
+
+    @field_validator("timeout")
+    @classmethod
+    def _positive_timeout(cls, seconds: float) -> float:
+        if seconds <= 0:
+            raise ValueError("must be more than 0s")
+        return seconds
+
+
+JobFrom = Literal["label", "writer"]
+_JOB_FROM: tuple[JobFrom, ...] = ("label", "writer")
+
+
+class SlurmNotifierConfig(Strict):
+    """Stops the alert's Slurm job with `scancel`.
+
+    The job id comes from the alert's `slurm_job_id` label (the `slurm` source sets it) and/or from the
+    environment (`SLURM_JOB_ID`) of the run's verified writer process on this host (`job_from`); where
+    both are known they must agree, and an alert neither attributes is refused. With `signal`, the job's
+    processes (the batch script too: `scancel --full`) first get that signal, so a trainer can save a
+    checkpoint and exit; `grace` later a job still active is cancelled (`cancel`: true). Without `signal`
+    it is cancelled at once.
+    """
+
+    type: Literal["slurm"]
+    signal: str | None = None
+    grace: Duration = Field(default=60.0, ge=0)
+    cancel: bool = True
+    job_from: list[JobFrom] = Field(default_factory=lambda: list(_JOB_FROM), min_length=1)
+    scancel: str = Field(default="scancel", min_length=1)
+    squeue: str = Field(default="squeue", min_length=1)
+    timeout: Duration = Field(default=30.0, gt=0)
+    dry_run: bool = False
+
+    @field_validator("signal")
+    @classmethod
+    def _signal_name(cls, name: str | None) -> str | None:
+        if name is None:
+            return None
+        full = name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper()
+        if full not in signal.Signals.__members__:
+            raise ValueError(f"unknown signal {name!r} (use names such as SIGUSR1, SIGTERM)")
+        return full
+
+    @model_validator(mode="after")
+    def _does_something(self) -> SlurmNotifierConfig:
+        if self.signal is None and not self.cancel:
+            raise ValueError("with cancel: false, give a `signal` to send (else the notifier does nothing)")
+        return self
+
+
+ACTION_TYPES = ("kill", "stop_file", "wandb_stop", "slurm")
+"""Notifier types that act on the training run rather than tell people. Each firing reaches them at once and
+alone (`alertd.dispatch.plan`'s immediate receivers); what they did is announced to the alert's other
+receivers, never to these."""
+
+ActionConfig = KillConfig | StopFileConfig | WandbStopConfig | SlurmNotifierConfig
+"""The actions' configurations (`notifiers:` entries of types kill, stop_file, wandb_stop and slurm)."""
+
+
+def action_receivers(notifiers: Mapping[str, object]) -> frozenset[str]:
+    """The names of the notifiers that are actions (ACTION_TYPES)."""
+    return frozenset(name for name, cfg in notifiers.items() if isinstance(cfg, ActionConfig))

@@ -1,0 +1,457 @@
+"""The running service: sources -> buffer -> rules -> dispatcher -> notifiers, built and driven.
+
+A poll that brings samples appends them to the buffer and evaluates the rules at once; a tick at the
+evaluation interval evaluates the time-based conditions (`for`, `absent`, `keep_firing_for`). Transitions
+go to the dispatcher, which writes what is due to the outbox, in one transaction with the alert states and
+the cursors of the sources whose samples were evaluated (`alertd.service.state`); a delivery task sends it.
+The collaborators, each owned here and given callbacks: the source runner (`alertd.service.sources`), the
+writer checks (`alertd.service.writers`), the state keeper (`alertd.service.state`) and the notifiers
+(`alertd.service.notifiers`). Blocking work runs on daemon threads (`alertd.threads`), so nothing a source
+does keeps SIGTERM from ending the process; rules files are read and checked off the event loop on reload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from alertd.actions.config import action_receivers
+from alertd.buffer import SeriesBuffer
+from alertd.clock import Clock, SystemClock
+from alertd.config import Config, load_config
+from alertd.dispatch.announce import ActionReport
+from alertd.dispatch.dispatcher import Dispatcher
+from alertd.dispatch.outbox import state_dir
+from alertd.errors import ConfigError
+from alertd.model import Alert, Sample, SeriesKey, Transition
+from alertd.notify.base import Draining, Notifier
+from alertd.rules.carry import carry_over
+from alertd.rules.evaluate import PairKey, RuleSet
+from alertd.runs.tracker import RunTracker
+from alertd.service.child import ChildRun
+from alertd.service.engine import Engine, log, log_evaluation, log_warnings
+from alertd.service.notifiers import Notifiers, announce
+from alertd.service.sources import SourceRunner, quietly
+from alertd.service.state import StateKeeper
+from alertd.service.writers import WriterChecks
+from alertd.sources.base import Source
+
+HOUSEKEEPING_EVERY = 10.0
+"""Seconds between two evictions of old samples and prunings of old log entries."""
+TRANSITION_LOG = 20_000
+"""Recent transitions kept in memory for the web page's alert spans (`transition_log`)."""
+
+
+class Service:
+    """alertd running: sources -> buffer -> rules -> dispatcher -> notifiers."""
+
+    def __init__(
+        self,
+        paths: Sequence[str],
+        *,
+        clock: Clock | None = None,
+        state: Path | None = None,
+        console: TextIO | None = None,
+        exec_mode: bool = False,
+        amend: Callable[[Config], Config] | None = None,
+    ) -> None:
+        self.paths = list(paths)
+        self.amend = amend
+        """What the composition adds to the rules files' configuration, at start and at every reload (the
+        exec stop: `alertd.service.exec_stop`)."""
+        self.clock = clock or SystemClock()
+        self.transition_log: deque[Transition] = deque(maxlen=TRANSITION_LOG)
+        """The newest transitions, for the run page's alert spans (not persisted)."""
+        config = self._load()
+        self.engine = Engine(
+            config, SeriesBuffer(config.buffer), RuleSet(config.rules), runs=RunTracker(config.stall_after)
+        )
+        self.engine.buffer.pinned = self._alerting  # at the series limits, a series with an alert keeps its place
+        self.state_dir = state or state_dir()
+        self.runner = SourceRunner(
+            self.clock, lambda: self.config, lambda: self.engine.buffer, lambda: self.state, self.ingest, self._before
+        )
+        self.state = StateKeeper(self.state_dir, self.clock, self.runner.busy)  # StateDirError
+        self.writer_checks = WriterChecks(self.runner.busy)
+        self.child: ChildRun | None = None
+        self.receivers = Notifiers(self.writer_checks.registry, self._child, exec_mode=exec_mode, console=console)
+        self.receivers.report = self._announce
+        self.dispatcher: Dispatcher | None = None
+        self.scheduler: AsyncIOScheduler | None = None
+        self.exit_code = 0
+        self.ready = False
+        self.started_at: float | None = None
+        """When the service started running (Alertmanager's `uptime`), epoch seconds."""
+        self._planned: frozenset[PairKey] | None = None
+        """The alerts active when the dispatcher last planned (None: plan at the next evaluation)."""
+        self._alert_memo: dict[PairKey, Any] = {}
+        self._reloading = False
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._closing: set[asyncio.Task[Any]] = set()
+
+    # what the API and the tests look at
+    @property
+    def config(self) -> Config:
+        """The rules files now in force."""
+        return self.engine.config
+
+    @property
+    def sources(self) -> dict[str, Source]:
+        """The sources, by name."""
+        return self.runner.sources
+
+    @property
+    def health(self) -> dict[str, Any]:
+        """Each source's health, by name."""
+        return self.runner.health
+
+    @property
+    def watching(self) -> dict[str, str]:
+        """How each file source learns of changes: "notify", or why it polls."""
+        return self.runner.watching
+
+    @property
+    def notifiers(self) -> dict[str, Notifier]:
+        """The notifiers and actions, by name."""
+        return self.receivers.by_name
+
+    @property
+    def silences(self) -> Any:
+        """The silences (`alertd.dispatch.silences.SilenceStore`)."""
+        return self.state.silences
+
+    @property
+    def outbox(self) -> Any:
+        """The outbox (`alertd.dispatch.outbox.Outbox`)."""
+        return self.state.outbox
+
+    @property
+    def writer_registry(self) -> Any:
+        """The verified writers (`alertd.runs.writers.WriterRegistry`)."""
+        return self.writer_checks.registry
+
+    async def poll_source(self, name: str, *, woken: bool = False) -> None:
+        """One poll of source `name` (`SourceRunner.poll`)."""
+        await self.runner.poll(name, woken=woken)
+
+    # building and reloading
+
+    def _load(self) -> Config:
+        """Read and check the rules files (ConfigError), with what `amend` adds."""
+        config = load_config(self.paths)
+        return self.amend(config) if self.amend is not None else config
+
+    def open(self) -> None:
+        """Build the sources, notifiers and dispatcher, and take up the state of the previous run."""
+        config = self.config
+        log_warnings(config)
+        self.runner.build(config.sources)
+        notifiers = self.receivers.build(config)
+        self.dispatcher = Dispatcher(
+            max_retry_after=config.max_retry_after,
+            route=config.route.to_route(),
+            outbox=self.state.outbox,
+            notifiers=notifiers,
+            inhibit_rules=[r.to_rule() for r in config.inhibit_rules],
+            silences=self.state.silences,
+            immediate=action_receivers(config.notifiers),
+            max_notifications=config.max_notifications_per_flush,
+        )
+        self.state.restore(self.engine, self.sources)
+        self.state.save(self.engine, self.sources)  # at once: a crash in the first seconds must not read all again
+
+    async def reload(self) -> list[str]:
+        """Load the rules files again, off the event loop. On an error, say what is wrong and keep the running
+        rules (a reload already under way refuses a second one)."""
+        if self._reloading:
+            return ["a reload is already under way"]
+        self._reloading = True
+        try:
+            config = await asyncio.get_running_loop().run_in_executor(None, self._load)
+        except ConfigError as exc:
+            errors = [str(p) for p in exc.problems]
+            log.error("reload refused, the running rules stay: %s", "; ".join(errors))
+            return errors
+        finally:
+            self._reloading = False
+        return self.apply(config)
+
+    def apply(self, config: Config) -> list[str]:
+        """Use a checked configuration (the running rules' states carried over where unchanged)."""
+        old = self.engine
+        ruleset = RuleSet(config.rules)
+        state, kept = carry_over(old.state, old.ruleset, ruleset, old.buffer)
+        old.buffer.limits = config.buffer
+        old.runs.stall_after = config.stall_after
+        self.engine = Engine(config, old.buffer, ruleset, state, old.runs)
+        self._planned = None  # the same alerts may route, group or be fingerprinted anew: plan at once
+        self.runner.reconfigure(old.config, config, self._close_later)
+        self.receivers.reconfigure(old.config, config, self._close_later)
+        assert self.dispatcher is not None
+        self.dispatcher.reconfigure(
+            route=config.route.to_route(),
+            inhibit_rules=[r.to_rule() for r in config.inhibit_rules],
+            notifiers=self.notifiers,
+            immediate=action_receivers(config.notifiers),
+            max_notifications=config.max_notifications_per_flush,
+        )
+        log.info("rules reloaded: %d rules (%d unchanged)", len(config.rules), len(kept))
+        log_warnings(config)
+        return []
+
+    def _close_later(self, thing: Source | Notifier) -> None:
+        """Close a source or notifier that a reload replaced, without waiting for it here."""
+        task = asyncio.get_running_loop().create_task(quietly(thing.aclose()), name="close")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _child(self) -> tuple[int, int] | None:
+        return self.child.identity() if self.child is not None else None
+
+    def _alerting(self, key: SeriesKey) -> bool:
+        """Whether an alert is pending or firing on the series `key` (the buffer's `pinned`)."""
+        active = self.engine.state.active_pairs()
+        return any((rule.name, key) in active for rule in self.engine.ruleset.for_series(key))
+
+    async def _announce(self, report: ActionReport) -> None:
+        assert self.dispatcher is not None
+        alerts = self.engine.state.alerts(self.engine.ruleset.rules)
+        announce(report, self.dispatcher, self.config.notifiers, alerts, self.transition_log, self.clock.now())
+        self._wake.set()
+
+    # samples, evaluation, plans
+
+    async def _before(self, source: Source, now: float) -> None:
+        """Before a poll's samples: a NaN in a new TensorBoard file needs its writer verified."""
+        await self.check_writers(now, only_new=True)
+
+    async def check_writers(self, now: float, *, only_new: bool = False) -> None:
+        """Verify the TensorBoard writers (`WriterChecks.check`) and buffer what that says of the runs."""
+        derived = await self.writer_checks.check(self.sources, self.engine.runs, now, only_new=only_new)
+        if derived:
+            self.engine.buffer.append(derived, now)
+
+    def ingest(self, samples: list[Sample], now: float) -> None:
+        """Append samples and what they say of their runs, evaluate at `now`, hand the transitions on."""
+        samples = self.engine.buffer.fix_times(samples, now)  # unusable times: the arrival clock
+        samples = self.state.unseen(samples)  # after a restart: what the saved state evaluated is not judged twice
+        derived = self.engine.runs.observe(samples, now)
+        if derived:  # series of their own (or `run.finished` where no source wrote it): order kept
+            samples = [*samples, *derived]
+        for restart in self.engine.buffer.append(samples, now):
+            log.info(
+                "series %s restarted: step %d -> %d, %d samples replaced",
+                restart.series,
+                restart.from_step,
+                restart.to_step,
+                restart.dropped,
+            )
+        self.evaluate(now)
+
+    def evaluate(self, now: float) -> None:
+        """Evaluate the rules and submit the transitions."""
+        started = self.clock.now()
+        ev = self.engine.evaluate(now)
+        self.engine.eval_seconds = self.clock.now() - started
+        log_evaluation(ev)
+        self._submit(ev.transitions, now)
+
+    def _alerts(self) -> dict[str, Alert]:
+        """The pending and firing alerts by fingerprint (each made once per change of its track: a storm's
+        thousands of firing alerts cost a look-up each per evaluation, not a new alert each)."""
+        alerts = self.engine.state.alerts(self.engine.ruleset.rules, self._alert_memo)
+        return {a.fingerprint: a for a in alerts}
+
+    def _submit(self, transitions: Sequence[Transition], now: float) -> None:
+        """Plan and commit, with the alert states and cursors, in one transaction. Nothing is planned when
+        nothing can be due: no transition, no group timer due, the same alerts active as at the last plan."""
+        assert self.dispatcher is not None
+        self.transition_log.extend(transitions)
+        save = bool(transitions) or self.state.save_due(self.clock.now())
+        active = self.engine.state.active_pairs()
+        idle = not transitions and active == self._planned and not self.dispatcher.due(now)
+        if idle and not save:
+            return
+        planned = None
+        try:
+            if idle:
+                self.state.save(self.engine, self.sources)
+            else:
+                writer = self.state.writer(self.engine, self.sources) if save else None
+                planned = self.dispatcher.submit(transitions, self._alerts(), now, also=writer)
+                self._planned = active
+                self.state.saved()
+        except sqlite3.Error as exc:
+            self.state.failed()
+            self.fatal(f"can't write the state directory {self.state_dir} ({exc}); alertd stops")
+            return
+        if transitions or (planned is not None and planned.notifications):  # to deliver, or group timers moved
+            self._wake.set()
+
+    def fatal(self, message: str) -> None:
+        """Stop with exit status 1 after one clear message (the state can't be kept)."""
+        if not self.exit_code:
+            log.critical("%s", message)
+        self.exit_code = 1
+        self._stop.set()
+
+    async def tick(self) -> None:
+        """The evaluation tick: writers, runs that stalled, time-based conditions and group timers."""
+        await self.check_writers(self.clock.now())
+        now = self.clock.now()
+        stalled = self.engine.runs.tick(now)
+        saved = self.state.saved_series(now, self.engine.state.active_pairs())
+        if stalled or saved:
+            self.engine.buffer.append([*stalled, *saved], now)
+        self.evaluate(now)
+
+    async def _deliveries(self) -> None:
+        """Deliver what the outbox holds as soon as it is due; run group timers when they expire."""
+        assert self.dispatcher is not None
+        while not self._stop.is_set():
+            self._wake.clear()
+            now = self.clock.now()
+            wake = self.dispatcher.next_wakeup()
+            if wake is not None and wake <= now:
+                self.dispatcher.submit((), self._alerts(), now)
+            try:
+                await self.dispatcher.deliver_due(now)
+            except Exception:  # Delivery errors are the pipeline's; this loop must survive anything.
+                log.exception("delivery loop")
+            wake = self.dispatcher.next_wakeup()
+            timeout = None if wake is None else max(0.05, wake - self.clock.now())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    # lifecycle
+
+    async def run(self) -> None:
+        """Run until stop() is called."""
+        self.open()
+        scheduler = self.scheduler = AsyncIOScheduler()
+        self.runner.start(scheduler)
+        job = {"max_instances": 1, "coalesce": True, "misfire_grace_time": None}
+        scheduler.add_job(self.tick, "interval", seconds=self.config.evaluation_interval, id="tick", **job)
+        scheduler.add_job(self._housekeeping, "interval", seconds=HOUSEKEEPING_EVERY, id="housekeeping")
+        for name, notifier in self.receivers.resending().items():
+            scheduler.add_job(self._resend, "interval", args=[name], seconds=notifier.resend_every, id=f"resend:{name}")
+        scheduler.start()
+        deliveries = asyncio.create_task(self._deliveries(), name="deliveries")
+        self.ready = True
+        self.started_at = self.clock.now()
+        log.info(
+            "alertd started",
+            extra={"rules": len(self.config.rules), "sources": list(self.sources), "state_dir": str(self.state_dir)},
+        )
+        try:
+            await self._stop.wait()
+        finally:
+            await self._shutdown(deliveries)
+
+    async def _housekeeping(self) -> None:
+        now = self.clock.now()
+        self.engine.buffer.evict_all(now)
+        if self.dispatcher is not None:
+            self.dispatcher.prune(now)
+
+    async def _resend(self, name: str) -> None:
+        notifier = self.receivers.resending().get(name)
+        if notifier is None:
+            return
+        try:
+            await notifier.resend(self.clock.now())
+        except Exception as exc:
+            log.warning("notifier %s: re-sending firing alerts failed: %s", name, exc)
+
+    def stop(self) -> None:
+        """Ask the service to stop (safe to call from a signal handler)."""
+        self._stop.set()
+
+    def reload_later(self) -> None:
+        """Start a reload without waiting for it (SIGHUP)."""
+        task = asyncio.get_running_loop().create_task(self.reload(), name="reload")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def earlier_run_ended(self, source: str, run: str) -> None:
+        """A run of this name ran before this alertd started, and its end was not seen (alertd exec starts
+        a new one): the alerts restored for it are over. Nothing when none is active."""
+        labels = {("source", source), ("run", run)}
+        if not any(labels <= set(key.labels) for _, key in self.engine.state.active_pairs()):
+            return
+        now = self.clock.now()
+        derived = self.engine.runs.ended_unseen(source, run, now)
+        if derived:
+            self.engine.buffer.append(derived, now)
+        self.evaluate(now)
+
+    def run_exited(self, source: str, run: str, status: int) -> None:
+        """A run's process (alertd's own child) exited with `status`: its end, evaluated at once."""
+        now = self.clock.now()
+        derived = self.engine.runs.exited(source, run, status, now)
+        if derived:
+            self.engine.buffer.append(derived, now)
+        self.evaluate(now)
+
+    def flush_groups(self) -> None:
+        """Send what every open group holds now, whatever its timers (alertd exec's child has ended)."""
+        assert self.dispatcher is not None
+        try:
+            self.dispatcher.flush_groups(self._alerts(), self.clock.now())
+        except sqlite3.Error as exc:
+            self.state.failed()
+            self.fatal(f"can't write the state directory {self.state_dir} ({exc}); alertd stops")
+            return
+        self._wake.set()
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most `timeout` s) until nothing is left to deliver now or within the next second."""
+        assert self.dispatcher is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        for notifier in self.notifiers.values():  # a kill under way reports how its process ended
+            if isinstance(notifier, Draining):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(notifier.wait_idle(), max(0.0, deadline - loop.time()))
+        while loop.time() < deadline:
+            now = self.clock.now()
+            wake = self.dispatcher.next_wakeup()
+            if self.dispatcher.outbox.next_due() is None and (wake is None or wake > now + 1.0):
+                return
+            self._wake.set()
+            await asyncio.sleep(0.05)
+
+    async def _shutdown(self, deliveries: asyncio.Task[None]) -> None:
+        self.ready = False
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=False)
+        self._wake.set()
+        try:
+            await asyncio.wait_for(deliveries, 5)
+        except (TimeoutError, asyncio.CancelledError):
+            deliveries.cancel()
+        await self.runner.stop()
+        for notifier in self.notifiers.values():
+            await quietly(notifier.aclose())
+        self.close()
+        log.info("alertd stopped")
+
+    def close(self) -> None:
+        """Save the state and close the state directory's databases."""
+        outbox = self.state.outbox
+        outbox.retry_now()  # what memory holds: a last try
+        try:
+            self.state.save(self.engine, self.sources)
+        except sqlite3.Error as exc:
+            self.fatal(f"can't write the state directory {self.state_dir} ({exc})")
+        if outbox.unsaved is not None:
+            self.fatal(f"can't write the state directory {self.state_dir} ({outbox.unsaved}): the state is lost")
+        self.state.close()
