@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from alertd.rules import template_funcs as f
-from alertd.rules.templates import TemplateError, parse_template
+from alertd.templating import funcs as f
+from alertd.templating.annotations import TemplateError, parse_template
 
 VALUES = {"metric": "train/loss", "value": 1234567.0, "step": 250, "time": "2026-05-28T20:27:10Z"}
 LABELS = {"run": "gpt-small", "host": "node1", "metric": "train/loss"}

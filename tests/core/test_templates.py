@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from alertd.rules.templates import TemplateError, parse_template
+from alertd.templating.annotations import TemplateError, parse_template
 
 
 def render(text: str, **values: object) -> tuple[str, str | None]:

@@ -13,10 +13,10 @@ from pydantic import AfterValidator, ConfigDict, Field, SecretStr, field_validat
 from alertd.config.httpauth import BasicAuthConfig, TLSConfig
 from alertd.config.secretfiles import read_secret_file, secrets_from_files
 from alertd.config.types import Duration, Strict
-from alertd.notify.template_data import check_notifier_template
+from alertd.templating.notifications import check_notifier_template
 
 NotifierTemplate = Annotated[str, AfterValidator(check_notifier_template)]
-"""A notifier's `title`/`text`: a Jinja2 template over the notification (see notify.template_data)."""
+"""A notifier's `title`/`text`: a Jinja2 template over the notification (see templating.notifications)."""
 
 PUSHOVER_URL = "https://api.pushover.net/1/messages.json"
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"

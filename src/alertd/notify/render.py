@@ -13,8 +13,8 @@ from alertd.model import (
     format_time,
     value_text,
 )
-from alertd.notify.template_data import compile_notifier_template, template_data
-from alertd.rules.template_env import RenderError
+from alertd.templating.env import RenderError
+from alertd.templating.notifications import compile_notifier_template, template_data
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from fnmatch import translate
 from alertd.model import Labels, SeriesKey
 from alertd.rules.conditions import Absent, Condition
 from alertd.rules.expr import Expr
-from alertd.rules.templates import Template
+from alertd.templating.annotations import Template
 from alertd.userregex import UserRegex, compile_user_regex
 
 _GLOB = re.compile(r"[*?\[]")

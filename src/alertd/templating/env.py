@@ -37,7 +37,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from jinja2.tests import TESTS as DEFAULT_TESTS
 from jinja2.utils import _PassArg
 
-from alertd.rules import template_funcs as funcs
+from alertd.templating import funcs
 
 MAX_OUTPUT = 16_384
 """Characters one rendered template may have; the rest is cut (with `…`)."""
