@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from alertd import app
 from alertd.clock import FakeClock
 from alertd.model import Sample, SeriesKey, make_labels
+from alertd.service import Service
 
 RULES = """
 sources: [{{name: storm, type: samples, path: "{path}", interval: 1s}}]
@@ -46,7 +46,7 @@ async def one_poll(samples: list[Sample], sliced: bool) -> tuple[float, float]:
     """(seconds the poll took in all, the longest the loop was held) for one fresh service."""
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "rules.yaml").write_text(RULES.format(path=Path(tmp) / "s.jsonl"))
-        service = app.Service([str(Path(tmp) / "rules.yaml")], clock=FakeClock(1e9), state=Path(tmp) / "state")
+        service = Service([str(Path(tmp) / "rules.yaml")], clock=FakeClock(1e9), state=Path(tmp) / "state")
         service.open()
         late, done = 0.0, asyncio.Event()
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from alertd import app
 from alertd.clock import FakeClock
 from alertd.model import Sample, SeriesKey, make_labels
+from alertd.service import Service, sources
 from alertd.threads import DaemonExecutor
 
 RULES = """
@@ -48,28 +48,28 @@ class Hung:
 def test_a_poll_that_never_returns_counts_as_failing_and_the_others_go_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(app, "POLL_TIMEOUT", 0.2)
+    monkeypatch.setattr(sources, "POLL_TIMEOUT", 0.2)
     (tmp_path / "s.jsonl").touch()
     (tmp_path / "rules.yaml").write_text(RULES.format(path=tmp_path / "s.jsonl"))
     clock = FakeClock(1000.0)
-    service = app.Service([str(tmp_path / "rules.yaml")], clock=clock, state=tmp_path / "state")
+    service = Service([str(tmp_path / "rules.yaml")], clock=clock, state=tmp_path / "state")
     service.open()
     hung = Hung()
     service.sources["stuck"] = hung  # type: ignore[assignment]
 
     async def scenario() -> tuple[list[str], str | None]:
-        await service.poll_source("stuck")  # returns after interval + POLL_TIMEOUT, the poll still hanging
+        await service.runner.poll("stuck")  # returns after interval + POLL_TIMEOUT, the poll still hanging
         assert service.health["stuck"].failures == 1
         error = service.health["stuck"].last_error
         clock.t = 1005.0
-        await service.poll_source("stuck")  # not started again: still waiting for the first
+        await service.runner.poll("stuck")  # not started again: still waiting for the first
         loss = Sample(SeriesKey("loss", make_labels({"source": "fine", "run": "a"})), 1005.0, 1, float("nan"))
         service.ingest([loss], 1005.0)  # the other sources' samples are evaluated as ever
         firing = sorted(a.rule for a in service.engine.state.alerts(service.engine.ruleset.rules))
         hung.release.set()
         await asyncio.sleep(0.2)  # the thread returns
         clock.t = 1500.0
-        await service.poll_source("stuck")  # the hung poll returned: the source is up again
+        await service.runner.poll("stuck")  # the hung poll returned: the source is up again
         assert service.health["stuck"].failures == 0
         return firing, error
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from alertd.buffer import SeriesBuffer
 from alertd.config import Config
-from alertd.model import Transition, TransitionKind
+from alertd.model import Restart, SeriesKey, Transition, TransitionKind
 from alertd.rules.evaluate import EvalState, Evaluation, PairKey, RuleSet, evaluate
 from alertd.runs.tracker import RunTracker
 
@@ -43,6 +43,11 @@ class Engine:
         self.last_eval = now
         return ev
 
+    def alerting(self, key: SeriesKey) -> bool:
+        """Whether an alert is pending or firing on the series `key` (the buffer's `pinned`)."""
+        active = self.state.active_pairs()
+        return any((rule.name, key) in active for rule in self.ruleset.for_series(key))
+
 
 def log_evaluation(ev: Evaluation) -> None:
     """An evaluation on alertd's log: each rule error, each transition (the first TRANSITIONS_LOGGED; the rest
@@ -53,6 +58,12 @@ def log_evaluation(ev: Evaluation) -> None:
         log_transition(t)
     if len(ev.transitions) > TRANSITIONS_LOGGED:
         _log_storm(ev.transitions[TRANSITIONS_LOGGED:])
+
+
+def log_restarts(restarts: Iterable[Restart]) -> None:
+    """The series whose step went back (a run restarted from a checkpoint), one line each."""
+    for r in restarts:
+        log.info("series %s restarted: step %d -> %d, %d samples replaced", r.series, r.from_step, r.to_step, r.dropped)
 
 
 def log_warnings(config: Config) -> None:

@@ -9,6 +9,7 @@ import contextlib
 import os
 import re
 import signal
+import sqlite3
 import sys
 import threading
 from collections.abc import Sequence
@@ -135,7 +136,7 @@ async def _exec_main(
         loop.call_soon_threadsafe(lambda: service.ingest(samples, service.clock.now()))
 
     child = ChildRun(argv, run=run, on_samples=deliver, env=env)
-    service.earlier_run_ended(child.source, run)  # restored alerts of an earlier child: that run is over
+    _earlier_run_ended(service, child.source, run)  # restored alerts of an earlier child: that run is over
     try:
         pid = child.start()
     except OSError as exc:
@@ -148,13 +149,27 @@ async def _exec_main(
     threading.Thread(target=_forward_signals, args=(child,), name="exec-signals", daemon=True).start()
     status = await loop.run_in_executor(None, child.wait)
     log.info("alertd exec: %s (pid %d) exited with status %d", argv[0], pid, status)
-    service.run_exited(child.source, run, status)
-    await service.drain(EXEC_DRAIN)  # the actions under way report how the child ended
-    service.flush_groups()  # alertd ends with its child: what waits in a group is told now
-    await service.drain(EXEC_DRAIN)
+    now = service.clock.now()
+    service.evaluate_with(service.engine.runs.exited(child.source, run, status, now), now)  # its end, at once
+    receivers = list(service.notifiers.values())
+    await service.deliveries.drain(receivers, EXEC_DRAIN)  # the actions under way report how the child ended
+    try:
+        service.deliveries.flush_groups()  # alertd ends with its child: what waits in a group is told now
+    except sqlite3.Error as exc:
+        service.state_failed(exc)
+    await service.deliveries.drain(receivers, EXEC_DRAIN)
     service.stop()
     await main
     return status
+
+
+def _earlier_run_ended(service: Service, source: str, run: str) -> None:
+    """A run of this name ran before this alertd started, and its end was not seen (alertd exec starts a new one):
+    the alerts restored for it are over. Nothing when none is active."""
+    labels = {("source", source), ("run", run)}
+    if any(labels <= set(key.labels) for _, key in service.engine.state.active_pairs()):
+        now = service.clock.now()
+        service.evaluate_with(service.engine.runs.ended_unseen(source, run, now), now)
 
 
 def _forward_signals(child: ChildRun) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from alertd.actions.config import ACTION_TYPES, KillConfig, SlurmNotifierConfig
+from alertd.clock import Clock
 from alertd.config import Config
 from alertd.dispatch.announce import ActionReport, announcements
 from alertd.dispatch.dispatcher import Dispatcher
@@ -62,6 +63,16 @@ class Notifiers:
     def resending(self) -> dict[str, Resending]:
         """The notifiers that post firing alerts again while they fire (their `resend_every`)."""
         return {name: n for name, n in self.by_name.items() if isinstance(n, Resending)}
+
+    async def resend(self, name: str, clock: Clock) -> None:
+        """Post the firing alerts of notifier `name` again (a scheduler job every `resend_every`)."""
+        notifier = self.resending().get(name)
+        if notifier is None:
+            return
+        try:
+            await notifier.resend(clock.now())
+        except Exception as exc:
+            log.warning("notifier %s: re-sending firing alerts failed: %s", name, exc)
 
     def _notifier(self, name: str, cfg: NotifierConfig) -> Notifier:
         kwargs: dict[str, Any] = {}

@@ -1,42 +1,41 @@
 """The running service: sources -> buffer -> rules -> dispatcher -> notifiers, built and driven.
 
-A poll that brings samples appends them to the buffer and evaluates the rules at once; a tick at the
-evaluation interval evaluates the time-based conditions (`for`, `absent`, `keep_firing_for`). Transitions
-go to the dispatcher, which writes what is due to the outbox, in one transaction with the alert states and
-the cursors of the sources whose samples were evaluated (`alertd.service.state`); a delivery task sends it.
-The collaborators, each owned here and given callbacks: the source runner (`alertd.service.sources`), the
-writer checks (`alertd.service.writers`), the state keeper (`alertd.service.state`) and the notifiers
-(`alertd.service.notifiers`). Blocking work runs on daemon threads (`alertd.threads`), so nothing a source
-does keeps SIGTERM from ending the process; rules files are read and checked off the event loop on reload.
+A poll that brings samples appends them to the buffer and evaluates the rules at once; a tick at the evaluation
+interval evaluates the time-based conditions (`for`, `absent`, `keep_firing_for`). Transitions go to the dispatcher,
+which writes what is due to the outbox in one transaction with the alert states and the sources' cursors. The
+collaborators, owned here and given callbacks: the source runner (`sources`), the writer checks (`writers`), the
+state keeper (`state`), the notifiers (`notifiers`) and the deliveries (`delivery`). Blocking work runs on daemon
+threads (`alertd.threads`); rules files are read and checked off the event loop on reload.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from alertd.actions.config import action_receivers
 from alertd.buffer import SeriesBuffer
 from alertd.clock import Clock, SystemClock
 from alertd.config import Config, load_config
 from alertd.dispatch.announce import ActionReport
 from alertd.dispatch.dispatcher import Dispatcher
-from alertd.dispatch.outbox import state_dir
+from alertd.dispatch.outbox import Outbox, state_dir
+from alertd.dispatch.silences import SilenceStore
 from alertd.errors import ConfigError
-from alertd.model import Alert, Sample, SeriesKey, Transition
-from alertd.notify.base import Draining, Notifier
+from alertd.model import Alert, Sample, Transition
+from alertd.notify.base import Notifier
 from alertd.rules.carry import carry_over
 from alertd.rules.evaluate import PairKey, RuleSet
 from alertd.runs.tracker import RunTracker
+from alertd.runs.writers import WriterRegistry
 from alertd.service.child import ChildRun
-from alertd.service.engine import Engine, log, log_evaluation, log_warnings
+from alertd.service.delivery import Deliveries
+from alertd.service.engine import Engine, log, log_evaluation, log_restarts, log_warnings
 from alertd.service.notifiers import Notifiers, announce
 from alertd.service.sources import SourceRunner, quietly
 from alertd.service.state import StateKeeper
@@ -73,7 +72,7 @@ class Service:
         self.engine = Engine(
             config, SeriesBuffer(config.buffer), RuleSet(config.rules), runs=RunTracker(config.stall_after)
         )
-        self.engine.buffer.pinned = self._alerting  # at the series limits, a series with an alert keeps its place
+        self.engine.buffer.pinned = lambda key: self.engine.alerting(key)  # a series with an alert keeps its place
         self.state_dir = state or state_dir()
         self.runner = SourceRunner(
             self.clock, lambda: self.config, lambda: self.engine.buffer, lambda: self.state, self.ingest, self._before
@@ -83,7 +82,7 @@ class Service:
         self.child: ChildRun | None = None
         self.receivers = Notifiers(self.writer_checks.registry, self._child, exec_mode=exec_mode, console=console)
         self.receivers.report = self._announce
-        self.dispatcher: Dispatcher | None = None
+        self.deliveries = Deliveries(self._alerts, self.clock.now)
         self.scheduler: AsyncIOScheduler | None = None
         self.exit_code = 0
         self.ready = False
@@ -93,7 +92,6 @@ class Service:
         """The alerts active when the dispatcher last planned (None: plan at the next evaluation)."""
         self._alert_memo: dict[PairKey, Any] = {}
         self._reloading = False
-        self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._closing: set[asyncio.Task[Any]] = set()
 
@@ -124,23 +122,24 @@ class Service:
         return self.receivers.by_name
 
     @property
-    def silences(self) -> Any:
-        """The silences (`alertd.dispatch.silences.SilenceStore`)."""
+    def dispatcher(self) -> Dispatcher | None:
+        """The dispatcher (built by `open`)."""
+        return self.deliveries.dispatcher
+
+    @property
+    def silences(self) -> SilenceStore:
+        """The silences."""
         return self.state.silences
 
     @property
-    def outbox(self) -> Any:
-        """The outbox (`alertd.dispatch.outbox.Outbox`)."""
+    def outbox(self) -> Outbox:
+        """The outbox."""
         return self.state.outbox
 
     @property
-    def writer_registry(self) -> Any:
-        """The verified writers (`alertd.runs.writers.WriterRegistry`)."""
+    def writer_registry(self) -> WriterRegistry:
+        """The verified writers."""
         return self.writer_checks.registry
-
-    async def poll_source(self, name: str, *, woken: bool = False) -> None:
-        """One poll of source `name` (`SourceRunner.poll`)."""
-        await self.runner.poll(name, woken=woken)
 
     # building and reloading
 
@@ -154,17 +153,7 @@ class Service:
         config = self.config
         log_warnings(config)
         self.runner.build(config.sources)
-        notifiers = self.receivers.build(config)
-        self.dispatcher = Dispatcher(
-            max_retry_after=config.max_retry_after,
-            route=config.route.to_route(),
-            outbox=self.state.outbox,
-            notifiers=notifiers,
-            inhibit_rules=[r.to_rule() for r in config.inhibit_rules],
-            silences=self.state.silences,
-            immediate=action_receivers(config.notifiers),
-            max_notifications=config.max_notifications_per_flush,
-        )
+        self.deliveries.build(config, self.receivers.build(config), self.state.outbox, self.state.silences)
         self.state.restore(self.engine, self.sources)
         self.state.save(self.engine, self.sources)  # at once: a crash in the first seconds must not read all again
 
@@ -195,37 +184,28 @@ class Service:
         self._planned = None  # the same alerts may route, group or be fingerprinted anew: plan at once
         self.runner.reconfigure(old.config, config, self._close_later)
         self.receivers.reconfigure(old.config, config, self._close_later)
-        assert self.dispatcher is not None
-        self.dispatcher.reconfigure(
-            route=config.route.to_route(),
-            inhibit_rules=[r.to_rule() for r in config.inhibit_rules],
-            notifiers=self.notifiers,
-            immediate=action_receivers(config.notifiers),
-            max_notifications=config.max_notifications_per_flush,
-        )
+        self.deliveries.reconfigure(config, self.notifiers)
         log.info("rules reloaded: %d rules (%d unchanged)", len(config.rules), len(kept))
         log_warnings(config)
         return []
 
     def _close_later(self, thing: Source | Notifier) -> None:
         """Close a source or notifier that a reload replaced, without waiting for it here."""
-        task = asyncio.get_running_loop().create_task(quietly(thing.aclose()), name="close")
+        self._later(quietly(thing.aclose()), "close")
+
+    def _later(self, work: Coroutine[Any, Any, Any], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
     def _child(self) -> tuple[int, int] | None:
         return self.child.identity() if self.child is not None else None
 
-    def _alerting(self, key: SeriesKey) -> bool:
-        """Whether an alert is pending or firing on the series `key` (the buffer's `pinned`)."""
-        active = self.engine.state.active_pairs()
-        return any((rule.name, key) in active for rule in self.engine.ruleset.for_series(key))
-
     async def _announce(self, report: ActionReport) -> None:
         assert self.dispatcher is not None
         alerts = self.engine.state.alerts(self.engine.ruleset.rules)
         announce(report, self.dispatcher, self.config.notifiers, alerts, self.transition_log, self.clock.now())
-        self._wake.set()
+        self.deliveries.wake()
 
     # samples, evaluation, plans
 
@@ -246,14 +226,7 @@ class Service:
         derived = self.engine.runs.observe(samples, now)
         if derived:  # series of their own (or `run.finished` where no source wrote it): order kept
             samples = [*samples, *derived]
-        for restart in self.engine.buffer.append(samples, now):
-            log.info(
-                "series %s restarted: step %d -> %d, %d samples replaced",
-                restart.series,
-                restart.from_step,
-                restart.to_step,
-                restart.dropped,
-            )
+        log_restarts(self.engine.buffer.append(samples, now))
         self.evaluate(now)
 
     def evaluate(self, now: float) -> None:
@@ -290,11 +263,15 @@ class Service:
                 self._planned = active
                 self.state.saved()
         except sqlite3.Error as exc:
-            self.state.failed()
-            self.fatal(f"can't write the state directory {self.state_dir} ({exc}); alertd stops")
+            self.state_failed(exc)
             return
         if transitions or (planned is not None and planned.notifications):  # to deliver, or group timers moved
-            self._wake.set()
+            self.deliveries.wake()
+
+    def state_failed(self, exc: sqlite3.Error) -> None:
+        """The state directory can't be written: stop (`fatal`)."""
+        self.state.failed()
+        self.fatal(f"can't write the state directory {self.state_dir} ({exc}); alertd stops")
 
     def fatal(self, message: str) -> None:
         """Stop with exit status 1 after one clear message (the state can't be kept)."""
@@ -307,29 +284,8 @@ class Service:
         """The evaluation tick: writers, runs that stalled, time-based conditions and group timers."""
         await self.check_writers(self.clock.now())
         now = self.clock.now()
-        stalled = self.engine.runs.tick(now)
         saved = self.state.saved_series(now, self.engine.state.active_pairs())
-        if stalled or saved:
-            self.engine.buffer.append([*stalled, *saved], now)
-        self.evaluate(now)
-
-    async def _deliveries(self) -> None:
-        """Deliver what the outbox holds as soon as it is due; run group timers when they expire."""
-        assert self.dispatcher is not None
-        while not self._stop.is_set():
-            self._wake.clear()
-            now = self.clock.now()
-            wake = self.dispatcher.next_wakeup()
-            if wake is not None and wake <= now:
-                self.dispatcher.submit((), self._alerts(), now)
-            try:
-                await self.dispatcher.deliver_due(now)
-            except Exception:  # Delivery errors are the pipeline's; this loop must survive anything.
-                log.exception("delivery loop")
-            wake = self.dispatcher.next_wakeup()
-            timeout = None if wake is None else max(0.05, wake - self.clock.now())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+        self.evaluate_with([*self.engine.runs.tick(now), *saved], now)  # runs that stalled; alertd.state.saved
 
     # lifecycle
 
@@ -342,9 +298,10 @@ class Service:
         scheduler.add_job(self.tick, "interval", seconds=self.config.evaluation_interval, id="tick", **job)
         scheduler.add_job(self._housekeeping, "interval", seconds=HOUSEKEEPING_EVERY, id="housekeeping")
         for name, notifier in self.receivers.resending().items():
-            scheduler.add_job(self._resend, "interval", args=[name], seconds=notifier.resend_every, id=f"resend:{name}")
+            every, resend = notifier.resend_every, self.receivers.resend
+            scheduler.add_job(resend, "interval", args=[name, self.clock], seconds=every, id=f"resend:{name}")
         scheduler.start()
-        deliveries = asyncio.create_task(self._deliveries(), name="deliveries")
+        deliveries = asyncio.create_task(self.deliveries.loop(self._stop), name="deliveries")
         self.ready = True
         self.started_at = self.clock.now()
         log.info(
@@ -357,19 +314,8 @@ class Service:
             await self._shutdown(deliveries)
 
     async def _housekeeping(self) -> None:
-        now = self.clock.now()
-        self.engine.buffer.evict_all(now)
-        if self.dispatcher is not None:
-            self.dispatcher.prune(now)
-
-    async def _resend(self, name: str) -> None:
-        notifier = self.receivers.resending().get(name)
-        if notifier is None:
-            return
-        try:
-            await notifier.resend(self.clock.now())
-        except Exception as exc:
-            log.warning("notifier %s: re-sending firing alerts failed: %s", name, exc)
+        self.engine.buffer.evict_all(self.clock.now())
+        self.deliveries.prune()
 
     def stop(self) -> None:
         """Ask the service to stop (safe to call from a signal handler)."""
@@ -377,63 +323,19 @@ class Service:
 
     def reload_later(self) -> None:
         """Start a reload without waiting for it (SIGHUP)."""
-        task = asyncio.get_running_loop().create_task(self.reload(), name="reload")
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        self._later(self.reload(), "reload")
 
-    def earlier_run_ended(self, source: str, run: str) -> None:
-        """A run of this name ran before this alertd started, and its end was not seen (alertd exec starts
-        a new one): the alerts restored for it are over. Nothing when none is active."""
-        labels = {("source", source), ("run", run)}
-        if not any(labels <= set(key.labels) for _, key in self.engine.state.active_pairs()):
-            return
-        now = self.clock.now()
-        derived = self.engine.runs.ended_unseen(source, run, now)
+    def evaluate_with(self, derived: list[Sample], now: float) -> None:
+        """Buffer what is known of runs from elsewhere (alertd exec's child exited), then evaluate at `now`."""
         if derived:
             self.engine.buffer.append(derived, now)
         self.evaluate(now)
-
-    def run_exited(self, source: str, run: str, status: int) -> None:
-        """A run's process (alertd's own child) exited with `status`: its end, evaluated at once."""
-        now = self.clock.now()
-        derived = self.engine.runs.exited(source, run, status, now)
-        if derived:
-            self.engine.buffer.append(derived, now)
-        self.evaluate(now)
-
-    def flush_groups(self) -> None:
-        """Send what every open group holds now, whatever its timers (alertd exec's child has ended)."""
-        assert self.dispatcher is not None
-        try:
-            self.dispatcher.flush_groups(self._alerts(), self.clock.now())
-        except sqlite3.Error as exc:
-            self.state.failed()
-            self.fatal(f"can't write the state directory {self.state_dir} ({exc}); alertd stops")
-            return
-        self._wake.set()
-
-    async def drain(self, timeout: float) -> None:
-        """Wait (at most `timeout` s) until nothing is left to deliver now or within the next second."""
-        assert self.dispatcher is not None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        for notifier in self.notifiers.values():  # a kill under way reports how its process ended
-            if isinstance(notifier, Draining):
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(notifier.wait_idle(), max(0.0, deadline - loop.time()))
-        while loop.time() < deadline:
-            now = self.clock.now()
-            wake = self.dispatcher.next_wakeup()
-            if self.dispatcher.outbox.next_due() is None and (wake is None or wake > now + 1.0):
-                return
-            self._wake.set()
-            await asyncio.sleep(0.05)
 
     async def _shutdown(self, deliveries: asyncio.Task[None]) -> None:
         self.ready = False
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
-        self._wake.set()
+        self.deliveries.wake()
         try:
             await asyncio.wait_for(deliveries, 5)
         except (TimeoutError, asyncio.CancelledError):
