@@ -64,7 +64,7 @@ rules:
         "sources[0].logdir",
         "sources[1].type",
         "rules[0].condition",
-        "rules[1].condition",
+        "rules[1].condition.spike",
         "rules[2].annotations.summary",
         "rules[3]",
     ]
@@ -170,9 +170,9 @@ def test_secrets_are_not_shown_in_a_dump(tmp_path: Path) -> None:
     [
         ('{name: x, metric: m, condition: "> 1", for: .nan}', "rules[0].for: a duration must be a finite number"),
         ('{name: x, metric: m, condition: "> 1", for: .inf}', "rules[0].for: a duration must be a finite number"),
-        ('{name: x, metric: m, condition: {op: ">", value: .nan}}', "rules[0].condition: value can't be NaN"),
-        ('{name: x, metric: m, condition: {op: ">", value: [1]}}', "rules[0].condition: value must be a number"),
-        ("{name: x, metric: m, condition: {absent: null}}", "rules[0].condition: expected a duration"),
+        ('{name: x, metric: m, condition: {op: ">", value: .nan}}', "rules[0].condition.value: value can't be NaN"),
+        ('{name: x, metric: m, condition: {op: ">", value: [1]}}', "rules[0].condition.value: value must be a number"),
+        ("{name: x, metric: m, condition: {absent: null}}", "rules[0].condition.absent: absent needs its duration"),
     ],
 )
 def test_odd_values_are_errors_with_their_place_never_tracebacks(tmp_path, fragment: str, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -195,23 +195,52 @@ def test_a_file_that_is_not_utf8_or_nested_too_deeply_is_one_clear_error(tmp_pat
 
 
 def test_every_condition_kind_the_message_lists_is_one_the_parser_takes() -> None:
-    from alertd.config.conditions import CONDITION_KINDS, CONDITION_WORDS, condition_kinds, parse_condition
+    from alertd.config.conditions import CONDITIONS, condition_kinds, parse_condition
     from alertd.rules.conditions import AGGREGATES
 
     with pytest.raises(ValueError) as info:
         parse_condition({"spikey": {}})
+    assert "did you mean 'spike'" in str(info.value)
     listed = str(info.value).split("(known: ")[1]
     specs = {"spike": {"ratio": 2}, "absent": "5m", "expr": "a > b", "zscore": {}, "plateau": {}}
     for kind in condition_kinds()[:-1]:
         assert f"{kind}," in listed
-        if kind in CONDITION_WORDS:
-            parse_condition(kind)
-        elif kind in CONDITION_KINDS:
+        if kind in CONDITIONS:
+            if CONDITIONS[kind].word:
+                parse_condition(kind)
             parse_condition({kind: specs.get(kind)})
         else:
             assert kind in AGGREGATES
             parse_condition({kind: {"over": 5, "q": 0.5 if kind == "quantile" else None}, "op": ">", "value": 1})
     assert {"spike", "absent", "plateau", "zscore", "expr", "avg", "stddev", "increasing"} <= set(condition_kinds())
+    assert set(CONDITIONS) - {"threshold"} <= set(condition_kinds())  # the registry is what the message lists
+
+
+@pytest.mark.parametrize(
+    ("condition", "place", "message"),
+    [
+        ("{spike: {ratio: 2, baseline: 50 samples, directon: up}}", "rules[0].condition.spike.directon", "directon"),
+        ("{spike: {direction: up}}", "rules[0].condition.spike.ratio", "Field required"),
+        ("{spike: {ratio: 0.5}}", "rules[0].condition.spike", "upward spike needs a ratio above 1"),
+        ("{absent: soon}", "rules[0].condition.absent", "soon"),
+        ("{zscore: {threshold: -1}}", "rules[0].condition.zscore.threshold", "greater than 0"),
+        ("{plateau: {mode: lowest}}", "rules[0].condition.plateau.mode", "'min' or 'max'"),
+        ("{avg: {over: 5, q: 2}, op: '>', value: 1}", "rules[0].condition.avg.q", "less than or equal to 1"),
+        ("{op: '=>', value: 1}", "rules[0].condition.op", "'<', '<=', '>', '>=', '==' or '!='"),
+        ("{op: '>', value: .nan}", "rules[0].condition.value", "can't be NaN"),
+        ("nonfinit", "rules[0].condition", "did you mean 'nonfinite'"),
+        ("{plateu: {patience: 3}}", "rules[0].condition", "did you mean 'plateau'"),
+        ("{absent: 5m, for: 1m}", "rules[0].condition", "one key"),
+        ("{expr: 'loss >'}", "rules[0].condition.expr", "expr"),
+    ],
+)
+def test_a_condition_s_mistake_names_its_place_inside_the_condition_and_its_line(
+    tmp_path: Path, condition: str, place: str, message: str
+) -> None:
+    path = write(tmp_path, "r.yaml", f"rules:\n  - name: a\n    metric: loss\n    condition: {condition}\n")
+    (got,) = problems([path])
+    assert got.startswith(f"{path}:4: {place}: "), got
+    assert message in got, got
 
 
 def test_an_unset_variable_does_not_hide_the_file_s_other_problems(tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ def test_check_names_the_place_of_a_bad_expression(tmp_path: Path) -> None:
     )
     out = alertd("check", "rules.yaml", cwd=tmp_path)
     assert out.returncode != 0
-    assert "rules.yaml:3: rules[0].condition: column 1: write the metric name in backquotes (`eval/loss`)" in (
+    assert "rules.yaml:3: rules[0].condition.expr: column 1: write the metric name in backquotes (`eval/loss`)" in (
         out.stdout + out.stderr
     )
 

@@ -263,13 +263,13 @@ def test_config_errors_have_their_places(tmp_path: Path) -> None:
         load_config([str(path)], {})
     got = [str(p).split(": ", 1)[1] for p in info.value.problems]
     assert got == [
-        "rules[0].condition: column 1: write the metric name in backquotes (`eval/loss`), or a division with "
+        "rules[0].condition.expr: column 1: write the metric name in backquotes (`eval/loss`), or a division with "
         "spaces (eval / ...)",
         "rules[1]: an expr condition names its metrics itself: leave `metric` out",
         "rules[2]: `metric` is required (a name, a glob such as train/*, or a list of them)",
-        "rules[3].condition: the expression must be a test (`a / b > 1.5`, isnan(a), ...), not a number",
-        'rules[4].condition: expr is a string such as "`eval/loss` / `train/loss` > 1.5", got list',
-        "rules[5].condition: the expression is 5005 characters long; at most 2000",
+        "rules[3].condition.expr: the expression must be a test (`a / b > 1.5`, isnan(a), ...), not a number",
+        'rules[4].condition.expr: expr is a string such as "`eval/loss` / `train/loss` > 1.5", got list',
+        "rules[5].condition.expr: the expression is 5005 characters long; at most 2000",
     ]
     assert [p.line for p in info.value.problems] == [2, 3, 4, 5, 6, 7]
 

@@ -1,36 +1,151 @@
-"""The `condition:` of a rule: a word (`nonfinite`), a comparison (`> 100`) or a mapping (`{spike: {...}}`,
-`{op, value}`, an aggregate over a window) -> a core condition (`alertd.rules.conditions`), or a ValueError saying
-what is accepted."""
+"""The `condition:` of a rule, one grammar: a registry of pydantic models, one per kind of condition
+(`CONDITIONS`), each turning its options into a core condition (`alertd.rules.conditions`).
+
+The forms a rules file writes, all read through the registry:
+- a word: `nonfinite`, `increasing`, `decreasing` (a kind with no required option);
+- a comparison: `> 100`, or `{op: '>', value: 100}` (the kind `threshold`);
+- a one-key mapping: `{spike: {ratio: 2}}`, `{absent: 10m}` (a kind's options, or its one option);
+- an aggregate over a window with op and value (or ratio): `{avg: {over: 20 samples}, op: '>', value: 3}`.
+
+A mistake raises `ConditionError` (a ValueError): each problem with its place inside the condition
+(`spike.ratio`), which `alertd.config.validate` adds to the rule's place, and for an unknown kind the nearest one.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from alertd.config.hints import did_you_mean
+from alertd.config.hints import did_you_mean, model_at, unknown_key
 from alertd.config.types import Strict
-from alertd.config.windows import PlateauSpec, ZScoreSpec, is_window_condition, number_value, window_condition
+from alertd.config.windows import AGGREGATE_EXAMPLE, WindowSpec, number_value, window_condition, window_span
 from alertd.durations import parse_duration
-from alertd.rules.conditions import AGGREGATES, OPS, Absent, Condition, Nonfinite, Spike, Threshold, Trend
+from alertd.rules.conditions import (
+    AGGREGATES,
+    Absent,
+    Condition,
+    Nonfinite,
+    Plateau,
+    Spike,
+    Threshold,
+    Trend,
+    ZScore,
+)
 from alertd.rules.expr import parse_expr
 
-_THRESHOLD = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?[Ii]nf)\s*$")
+Loc = tuple[str | int, ...]
 
 
-class SpikeSpec(Strict):
+class ConditionError(ValueError):
+    """The problems of one condition, each at its place inside it (`()`: the condition itself)."""
+
+    def __init__(self, problems: Sequence[tuple[Loc, str]]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(f"{_dotted(loc)}: {msg}" if loc else msg for loc, msg in self.problems))
+
+
+def _dotted(loc: Loc) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else ("." if i else "") + str(p) for i, p in enumerate(loc))
+
+
+class ConditionSpec(Strict):
+    """One kind of condition: its options, checked by pydantic, and `build()`, the core condition."""
+
+    kind: ClassVar[str]
+    example: ClassVar[str]
+    """How a rules file writes it, for messages and docs."""
+    word: ClassVar[bool] = False
+    """Written alone as a word (`condition: nonfinite`): every option has a default."""
+    scalar: ClassVar[str | None] = None
+    """The option a scalar fills (`{absent: 10m}` is `{absent: {after: 10m}}`)."""
+
+    def build(self) -> Condition:
+        """The core condition (ValueError: options that don't go together)."""
+        raise NotImplementedError
+
+
+CONDITIONS: dict[str, type[ConditionSpec]] = {}
+"""Every kind of condition by the key a rules file names it with."""
+
+
+S = TypeVar("S", bound=type[ConditionSpec])
+
+
+def _kind(spec: S) -> S:
+    CONDITIONS[spec.kind] = spec
+    return spec
+
+
+@_kind
+class ThresholdSpec(ConditionSpec):
+    """`> 100`, or `{op: '>', value: 100}`: the value compared with a number (±Inf allowed, NaN refused)."""
+
+    kind = "threshold"
+    example = "'> 100' or {op: '>', value: 100}"
+    op: Literal["<", "<=", ">", ">=", "==", "!="]
+    value: float
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> float:
+        return number_value(value, "value", "; use the nonfinite condition")
+
+    def build(self) -> Condition:
+        return Threshold(self.op, self.value)
+
+
+@_kind
+class NonfiniteSpec(ConditionSpec):
+    """`nonfinite`: NaN or ±Inf."""
+
+    kind = "nonfinite"
+    example = "nonfinite"
+    word = True
+
+    def build(self) -> Condition:
+        return Nonfinite()
+
+
+class TrendSpec(ConditionSpec):
+    """`increasing` / `{increasing: {min_delta: 0.01}}`: each sample beyond the one before by more than
+    `min_delta` (with `consecutive: 3`: three in a row)."""
+
+    word = True
+    min_delta: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    direction: ClassVar[Literal["increasing", "decreasing"]]
+
+    def build(self) -> Condition:
+        return Trend(self.direction, self.min_delta)
+
+
+@_kind
+class IncreasingSpec(TrendSpec):
+    kind = direction = "increasing"
+    example = "increasing or {increasing: {min_delta: 0.01}}"
+
+
+@_kind
+class DecreasingSpec(TrendSpec):
+    kind = direction = "decreasing"
+    example = "decreasing or {decreasing: {min_delta: 0.01}}"
+
+
+@_kind
+class SpikeSpec(ConditionSpec):
     """`{spike: {ratio: 2.0, direction: up, baseline: 50 samples, stat: median}}`."""
 
-    ratio: float = Field(gt=0)
+    kind = "spike"
+    example = "{spike: {ratio: 2}}"
+    ratio: float = Field(gt=0, allow_inf_nan=False)
     direction: Literal["up", "down"] = "up"
     baseline: str | int = "50 samples"
     stat: Literal["median", "mean"] = "median"
     min_samples: int | None = Field(default=None, ge=1)
 
-    def build(self) -> Spike:
-        """The core condition."""
+    def build(self) -> Condition:
         samples, seconds = _baseline(self.baseline)
         if self.direction == "up" and self.ratio <= 1:
             raise ValueError("an upward spike needs a ratio above 1 (2.0 = doubles)")
@@ -41,108 +156,164 @@ class SpikeSpec(Strict):
 
 
 def _baseline(text: str | int) -> tuple[int | None, float | None]:
-    if isinstance(text, int):
-        return (text, None) if text >= 1 else _bad_baseline(text)
-    m = re.fullmatch(r"\s*(\d+)\s*samples?\s*", text)
-    if m:
-        return (int(m.group(1)), None) if int(m.group(1)) >= 1 else _bad_baseline(text)
-    try:
-        return None, parse_duration(text)
-    except ValueError:
-        return _bad_baseline(text)
+    span = window_span(text, "baseline")
+    return span.samples, span.seconds
 
 
-def _bad_baseline(text: object) -> tuple[int | None, float | None]:
-    raise ValueError(f"baseline must be a number of samples (`50 samples`) or a duration (`5m`), got {text!r}")
+@_kind
+class AbsentSpec(ConditionSpec):
+    """`{absent: 10m}`: no sample of the metric for that long."""
+
+    kind = "absent"
+    example = "{absent: 10m}"
+    scalar = "duration"
+    duration: str | int | float
+
+    def build(self) -> Condition:
+        seconds = parse_duration(self.duration)
+        if seconds <= 0:
+            raise ValueError("absent needs a duration above zero, such as 10m")
+        return Absent(seconds)
 
 
-class TrendSpec(Strict):
-    """`{increasing: {min_delta: 0.01}}`."""
+@_kind
+class ExprSpec(ConditionSpec):
+    """`{expr: "loss > 2 * loss_ema"}`: an expression over several metrics (`alertd.rules.expr`)."""
 
-    min_delta: float = Field(default=0.0, ge=0)
+    kind = "expr"
+    example = "{expr: 'val_loss > 1.2 * train_loss'}"
+    scalar = "text"
+    text: Any
+    """A string; `parse_expr` says what else was given."""
 
-
-def _absent(spec: Any) -> Condition:
-    seconds = parse_duration(spec)
-    if seconds <= 0:
-        raise ValueError("absent needs a duration above zero, such as 10m")
-    return Absent(seconds)
-
-
-def _trend(kind: Literal["increasing", "decreasing"]) -> Callable[[Any], Condition]:
-    return lambda spec: Trend(kind, TrendSpec.model_validate(spec or {}).min_delta)
+    def build(self) -> Condition:
+        return parse_expr(self.text)  # an ExprError is a ValueError saying where
 
 
-CONDITION_WORDS: dict[str, Callable[[], Condition]] = {
-    "nonfinite": Nonfinite,
-    "increasing": lambda: Trend("increasing"),
-    "decreasing": lambda: Trend("decreasing"),
-}
-"""The conditions written as one word (`condition: nonfinite`); a comparison (`> 100`) is the other string form."""
+@_kind
+class ZScoreSpec(ConditionSpec):
+    """`{zscore: {over: 100 samples, threshold: 3, direction: both, min_samples: 2}}` (W&B's defaults)."""
 
-CONDITION_KINDS: dict[str, Callable[[Any], Condition]] = {
-    "spike": lambda spec: SpikeSpec.model_validate(spec).build(),
-    "absent": _absent,
-    "increasing": _trend("increasing"),
-    "decreasing": _trend("decreasing"),
-    "nonfinite": lambda _: Nonfinite(),
-    "expr": parse_expr,  # an ExprError is a ValueError saying where
-    "zscore": lambda spec: ZScoreSpec.model_validate(spec if spec is not None else {}).build(),
-    "plateau": lambda spec: PlateauSpec.model_validate(spec if spec is not None else {}).build(),
-}
-"""The conditions written as a one-key mapping (`{spike: {ratio: 2}}`), by key. The aggregates over a window
-(`AGGREGATES`, with op and value) and `{op, value}` are the other mappings."""
+    kind = "zscore"
+    example = "{zscore: {over: 100 samples, threshold: 3}}"
+    over: str | int = 30
+    threshold: float = Field(default=3.0, gt=0, allow_inf_nan=False)
+    direction: Literal["up", "down", "both"] = "both"
+    min_samples: int = Field(default=2, ge=2)
+
+    def build(self) -> Condition:
+        span = window_span(self.over, "over")
+        if span.samples is not None and self.min_samples > span.samples:
+            raise ValueError(f"min_samples ({self.min_samples}) is more than the window's {span.samples} samples")
+        return ZScore(span, self.threshold, self.direction, self.min_samples)
+
+
+@_kind
+class PlateauSpec(ConditionSpec):
+    """`{plateau: {patience: 5, min_delta: 0.001, mode: min}}` (Lightning's EarlyStopping)."""
+
+    kind = "plateau"
+    example = "{plateau: {patience: 5, min_delta: 0.001}}"
+    patience: int = Field(default=3, ge=1)
+    min_delta: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    mode: Literal["min", "max"] = "min"
+
+    def build(self) -> Condition:
+        return Plateau(self.patience, self.min_delta, self.mode)
+
+
+_COMPARISON = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?[Ii]nf)\s*$")
+_ONE_KEY = [k for k in CONDITIONS if k != "threshold"]
 
 
 def condition_kinds() -> list[str]:
-    """Every kind of condition the rules file accepts, for messages: the words, the one-key mappings, the
-    aggregates over a window, and the comparisons."""
-    kinds = dict.fromkeys([*CONDITION_WORDS, *CONDITION_KINDS, *AGGREGATES])
-    return [*kinds, "a comparison ('> 100', or {op: '>', value: 100})"]
-
-
-def _unknown_condition(word: str) -> ValueError:
-    known = [*CONDITION_WORDS, *CONDITION_KINDS, *AGGREGATES]
-    hint = did_you_mean(word.strip(), known)
-    kinds = ", ".join(condition_kinds())
-    return ValueError(f"unknown condition {word[:100]!r}{hint} (known: {kinds})")
+    """Every kind of condition the rules file accepts, for messages: the registry's one-key kinds, the aggregates
+    over a window, and the comparison."""
+    return [*_ONE_KEY, *AGGREGATES, f"a comparison ({ThresholdSpec.example})"]
 
 
 def parse_condition(value: Any) -> Condition:
-    """Turn the `condition:` value into a core condition, or raise ValueError saying what is accepted."""
+    """Turn the `condition:` value into a core condition (ConditionError: what is wrong, where, and what is
+    accepted)."""
     if isinstance(value, str):
         word = value.strip()
-        if word in CONDITION_WORDS:
-            return CONDITION_WORDS[word]()
-        m = _THRESHOLD.match(word)
+        spec = CONDITIONS.get(word)
+        if spec is not None and spec.word:
+            return _build(spec, {}, ())
+        m = _COMPARISON.match(word)
         if m:
             return Threshold(m.group(1), float(m.group(2)))
-        raise _unknown_condition(value)
-    if isinstance(value, Mapping):
-        return _condition_from_mapping(value)
-    raise ValueError(f"a condition is a string or a mapping, got {type(value).__name__}")
-
-
-def _threshold_value(value: Any) -> float:
-    """A threshold: a number, or ±Inf; NaN never compares true, so it is refused."""
-    return number_value(value, "value", "; use the nonfinite condition")
-
-
-def _condition_from_mapping(value: Mapping[str, Any]) -> Condition:
+        raise _unknown(value)
+    if not isinstance(value, Mapping):
+        raise ConditionError([((), f"a condition is a string or a mapping, got {type(value).__name__}")])
     keys = set(value)
     if keys == {"op", "value"}:
-        if value["op"] not in OPS:
-            raise ValueError(f"op must be one of {', '.join(OPS)}, got {value['op']!r}")
-        return Threshold(value["op"], _threshold_value(value["value"]))
-    if is_window_condition(keys):
-        return window_condition(value)
+        return _build(ThresholdSpec, value, ())
+    if keys & set(AGGREGATES):
+        return _aggregate(value)
     if len(keys) != 1:
-        raise ValueError(
-            f"a condition mapping has one key ({', '.join(CONDITION_KINDS)}), "
-            f"an aggregate ({', '.join(AGGREGATES)}) with op and value, or op and value, got {sorted(map(str, keys))}"
+        raise ConditionError(
+            [
+                (
+                    (),
+                    f"a condition mapping has one key (a kind: {', '.join(_ONE_KEY)}), an aggregate "
+                    f"({AGGREGATE_EXAMPLE}), or op and value; got {sorted(map(str, keys))}",
+                )
+            ]
         )
-    ((kind, spec),) = value.items()
-    build = CONDITION_KINDS.get(kind)
-    if build is None:
-        raise _unknown_condition(str(kind))
-    return build(spec)
+    ((kind, options),) = value.items()
+    spec = CONDITIONS.get(str(kind)) if kind != "threshold" else None
+    if spec is None:
+        raise _unknown(str(kind))
+    if options is None and spec.scalar is not None:
+        raise ConditionError([((kind,), f"{kind} needs its {spec.scalar}, as {spec.example}")])
+    if options is None:
+        options = {}
+    elif not isinstance(options, Mapping):
+        if spec.scalar is None:
+            raise ConditionError([((kind,), f"expected the options of {kind} as a mapping, as {spec.example}")])
+        options = {spec.scalar: options}
+    return _build(spec, options, (str(kind),))
+
+
+def _build(spec: type[ConditionSpec], options: Mapping[str, Any], at: Loc) -> Condition:
+    try:
+        return spec.model_validate(options).build()
+    except ValidationError as exc:
+        raise ConditionError([((*at, *_inside(spec, e["loc"])), _said(spec, e)) for e in exc.errors()]) from None
+    except ConditionError:
+        raise
+    except ValueError as exc:
+        raise ConditionError([(at, str(exc))]) from None
+
+
+def _inside(spec: type[ConditionSpec], loc: Sequence[str | int]) -> Loc:
+    """A scalar option is the kind's own value: `absent`, not `absent.after`."""
+    return () if spec.scalar is not None and tuple(loc) == (spec.scalar,) else tuple(loc)
+
+
+def _said(model: type[BaseModel], err: Any) -> str:
+    """A pydantic error of a condition's options as the rest of the rules file says it (an unknown option: the
+    nearest and the known ones)."""
+    if err["type"] == "extra_forbidden":
+        return unknown_key(str(err["loc"][-1]), model_at(model, err["loc"]))
+    return _plain(err["msg"])
+
+
+def _plain(msg: str) -> str:
+    return msg[len("Value error, ") :] if msg.startswith("Value error, ") else msg
+
+
+def _aggregate(value: Mapping[str, Any]) -> Condition:
+    try:
+        return window_condition(value)
+    except ValidationError as exc:
+        kind = next(str(k) for k in value if k in AGGREGATES)
+        raise ConditionError([((kind, *e["loc"]), _said(WindowSpec, e)) for e in exc.errors()]) from None
+    except ValueError as exc:
+        raise ConditionError([((), str(exc))]) from None
+
+
+def _unknown(word: str) -> ConditionError:
+    hint = did_you_mean(word.strip(), [*_ONE_KEY, *AGGREGATES])
+    return ConditionError([((), f"unknown condition {word[:100]!r}{hint} (known: {', '.join(condition_kinds())})")])

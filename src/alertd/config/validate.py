@@ -8,6 +8,7 @@ from typing import Any, get_args
 
 from pydantic import ValidationError
 
+from alertd.config.conditions import ConditionError
 from alertd.config.hints import model_at, union_tags, unknown_key, unknown_word
 from alertd.config.rulesfile import RulesFile
 from alertd.errors import Problem
@@ -29,11 +30,20 @@ def _validate(doc: Document, problems: list[Problem], skip: frozenset[str] = fro
             loc = tuple(err["loc"])
             if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
                 loc = (*loc, "type")
-            place, line = doc.line_of(loc)
-            if _under(place, skip) or (_entry_check(err) and _inside(doc.line_of(loc, in_file=True)[0], skip)):
-                continue
-            problems.append(Problem(doc.file, place, _message(err), line))
+            for at, message in _problems(err):
+                place, line = doc.line_of((*loc, *at))
+                if _under(place, skip) or (_entry_check(err) and _inside(doc.line_of(loc, in_file=True)[0], skip)):
+                    continue
+                problems.append(Problem(doc.file, place, message, line))
         return None
+
+
+def _problems(err: Any) -> list[tuple[tuple[str | int, ...], str]]:
+    """The error's problems, each at its place below the error's location: a condition's own (`spike.ratio`)."""
+    cause = err.get("ctx", {}).get("error")
+    if err["type"] == "value_error" and isinstance(cause, ConditionError):
+        return cause.problems
+    return [((), _message(err))]
 
 
 def _entry_check(err: Any) -> bool:

@@ -1,19 +1,19 @@
-"""The rules file's windowed conditions: `{avg: {over: 20 samples}, op: ">", value: 3}` (and min, max, sum,
-count, stddev, quantile; with `baseline` and `ratio`), `{zscore: {...}}`, `{plateau: {...}}` -> core
-conditions (`rules/windows.py`, `rules/plateau.py`), or a ValueError saying what is accepted."""
+"""The rules file's aggregates over a window: `{avg: {over: 20 samples}, op: ">", value: 3}` (and min, max, sum,
+count, stddev, quantile; with `baseline` and `ratio`) -> the core's `WindowAggregate` (`rules/windows.py`), or a
+ValueError saying what is accepted; and the windows' spans and numbers, which the other conditions use too."""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
 from alertd.config.types import Strict
 from alertd.durations import parse_duration
-from alertd.rules.conditions import AGGREGATES, OPS, Plateau, Span, WindowAggregate, ZScore
+from alertd.rules.conditions import AGGREGATES, OPS, Span, WindowAggregate
 
 
 def window_span(text: Any, what: str) -> Span:
@@ -44,37 +44,8 @@ class WindowSpec(Strict):
     min_samples: int | None = Field(default=None, ge=0)
 
 
-class ZScoreSpec(Strict):
-    """`{zscore: {over: 100 samples, threshold: 3, direction: both, min_samples: 2}}` (W&B's defaults)."""
-
-    over: str | int = 30
-    threshold: float = Field(default=3.0, gt=0, allow_inf_nan=False)
-    direction: Literal["up", "down", "both"] = "both"
-    min_samples: int = Field(default=2, ge=2)
-
-    def build(self) -> ZScore:
-        """The core condition."""
-        span = window_span(self.over, "over")
-        if span.samples is not None and self.min_samples > span.samples:
-            raise ValueError(f"min_samples ({self.min_samples}) is more than the window's {span.samples} samples")
-        return ZScore(span, self.threshold, self.direction, self.min_samples)
-
-
-class PlateauSpec(Strict):
-    """`{plateau: {patience: 5, min_delta: 0.001, mode: min}}` (Lightning's EarlyStopping)."""
-
-    patience: int = Field(default=3, ge=1)
-    min_delta: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    mode: Literal["min", "max"] = "min"
-
-    def build(self) -> Plateau:
-        """The core condition."""
-        return Plateau(self.patience, self.min_delta, self.mode)
-
-
-def is_window_condition(keys: set[str]) -> bool:
-    """Whether a condition mapping with these keys is an aggregate over a window."""
-    return bool(keys & set(AGGREGATES))
+AGGREGATE_EXAMPLE = "{avg: {over: 20 samples}, op: '>', value: 3}"
+"""How an aggregate over a window is written, for messages."""
 
 
 def window_condition(value: Mapping[str, Any]) -> WindowAggregate:
