@@ -13,7 +13,7 @@ from alertd.model import (
     format_time,
     value_text,
 )
-from alertd.templating.env import RenderError
+from alertd.templating.errors import RenderError
 from alertd.templating.notifications import compile_notifier_template, template_data
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,9 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from alertd.templating.env import MISSING, CheckError, Compiled, LabelView, RenderError, compile_template
+from alertd.templating.compiled import Compiled, compile_template
+from alertd.templating.errors import CheckError, RenderError
+from alertd.templating.labels import MISSING, LabelView
 
 NAMES = ("metric", "value", "step", "time", "rule", "severity")
 ALL_NAMES = (*NAMES, "labels", "Labels", "Value")

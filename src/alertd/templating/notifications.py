@@ -19,7 +19,9 @@ import functools
 from typing import Any
 
 from alertd.model import Notification, Transition, TransitionKind, format_time, shown_annotations
-from alertd.templating.env import CheckError, Compiled, LabelView, compile_template
+from alertd.templating.compiled import Compiled, compile_template
+from alertd.templating.errors import CheckError
+from alertd.templating.labels import LabelView
 
 GO_ZERO_TIME = "0001-01-01T00:00:00Z"
 

@@ -1,0 +1,71 @@
+"""A template checked and compiled once (`compile_template`), then rendered (`Compiled.render`) as often as needed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2 import TemplateSyntaxError
+from jinja2.environment import Template
+from jinja2.exceptions import SecurityError, TemplateError
+
+from alertd.templating.bounds import BUDGET_KEY, MAX_OUTPUT, Budget
+from alertd.templating.check import check_tree, syntax_message
+from alertd.templating.env import ENV
+from alertd.templating.errors import CheckError, RenderError
+from alertd.templating.gospell import translate
+from alertd.templating.jinja_compat import guard_loops, render_stream
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Compiled:
+    """A checked, compiled template."""
+
+    source: str
+    template: Template
+    names: Mapping[str, Any]
+    """The environment's globals as one plain dict (Jinja's own ChainMap costs more per render)."""
+
+    def render(self, data: Mapping[str, Any]) -> str:
+        """The text for `data` (cut at MAX_OUTPUT), or RenderError saying why not."""
+        out: list[str] = []
+        size = 0
+        try:
+            for piece in render_stream(self.template, {**self.names, **data, BUDGET_KEY: Budget()}):
+                out.append(piece)
+                size += len(piece)
+                if size > MAX_OUTPUT:
+                    return "".join(out)[: MAX_OUTPUT - 1] + "…"
+        except SecurityError as e:
+            raise RenderError(f"refused: {e}") from None
+        except RecursionError:
+            raise RenderError("refused: the template recursed too deeply") from None
+        except (TemplateError, ArithmeticError, ValueError, TypeError, LookupError, AttributeError) as e:
+            raise RenderError(f"{type(e).__name__}: {e}") from None
+        except MemoryError:
+            raise RenderError("refused: the template ran out of memory") from None
+        return "".join(out)
+
+
+def compile_template(source: str, names: Iterable[str], *, hints: Mapping[str, str] | None = None) -> Compiled:
+    """Check and compile `source` where `names` are the data names; CheckError (with line, column) if bad."""
+    try:
+        return _compile(source, names, hints or {})
+    except (RecursionError, MemoryError, SyntaxError):  # ((((... nested past what the parser can take
+        raise CheckError("line 1: the template nests too deeply to compile") from None
+
+
+def _compile(source: str, names: Iterable[str], hints: Mapping[str, str]) -> Compiled:
+    translated = translate(source)
+    try:
+        tree = ENV.parse(translated)
+    except TemplateSyntaxError as e:
+        raise CheckError(syntax_message(e, source)) from None
+    check_tree(tree, source, frozenset(names), hints)
+    guard_loops(tree)
+    try:
+        template = ENV.from_string(tree)
+    except TemplateSyntaxError as e:  # the compiler's own checks (an assignment to a reserved name...)
+        raise CheckError(syntax_message(e, source)) from None
+    return Compiled(source, template, dict(template.globals))
