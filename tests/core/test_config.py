@@ -157,7 +157,7 @@ def test_durations(tmp_path: Path) -> None:
 
 
 def test_secrets_are_not_shown_in_a_dump(tmp_path: Path) -> None:
-    from alertd.config import redacted
+    from alertd.schema.types import redacted
 
     text = "notifiers:\n  chat: {type: webhook, format: slack, url: 'https://hooks.example/T000/SECRET'}\n"
     cfg = load_config([write(tmp_path, "r.yaml", text)], {})
@@ -262,7 +262,7 @@ def test_an_emptied_value_is_reported_once_as_its_variable_and_other_keys_still_
 
 @pytest.mark.parametrize("first", ["alertd.notify.config", "alertd.sources.config", "alertd.dispatch.route_config"])
 def test_the_config_package_s_names_resolve_whatever_model_is_imported_first(first: str) -> None:
-    """The sources', notifiers' and routes' models use `alertd.config.types` while `alertd.config` uses them: any
+    """The sources', notifiers' and routes' models use `alertd.schema.types` while `alertd.config` uses them: any
     of them imported first (a fresh interpreter) loads, and every name `alertd.config` offers resolves."""
     code = f"import {first}\nimport alertd.config as c\nfor name in c.__all__: getattr(c, name)\nprint(len(c.__all__))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

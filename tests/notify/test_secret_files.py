@@ -11,9 +11,9 @@ from notify_helpers import RecordingServer, notification, send, transition
 from pydantic import ValidationError
 
 from alertd.clock import FakeClock
-from alertd.config.secretfiles import MAX_SECRET_FILE
 from alertd.notify.config import EmailConfig, WebhookConfig
 from alertd.notify.webhook import WebhookNotifier
+from alertd.schema.secretfiles import MAX_SECRET_FILE
 
 SECRET = "tok-7c1d-SECRET"
 

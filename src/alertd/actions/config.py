@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from alertd.config.secretfiles import secrets_from_files
-from alertd.config.types import Duration, Strict
+from alertd.schema.secretfiles import secrets_from_files
+from alertd.schema.types import Duration, Strict
 from alertd.userregex import compile_user_regex
 
 

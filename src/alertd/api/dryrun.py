@@ -23,7 +23,9 @@ from pydantic import TypeAdapter
 
 from alertd.actions.config import action_receivers
 from alertd.api.models import MAX_TIME
-from alertd.config import Config, _merge, _validate
+from alertd.config import Config
+from alertd.config.merge import _merge
+from alertd.config.validate import _validate
 from alertd.dispatch.plan import PlanState, plan
 from alertd.dispatch.routes import Route
 from alertd.dryrun import replay, transition_json

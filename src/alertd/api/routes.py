@@ -41,9 +41,9 @@ from alertd.api.v2 import V2Error, v2_router
 from alertd.api.view import AdminView, ServiceView, SilencesView
 from alertd.api.worker import MAX_RUNNING, DryRunFailed, DryRuns
 from alertd.buffer import Series
-from alertd.config import redacted
 from alertd.dispatch.matchers import alert_label_map
 from alertd.model import SeriesKey, format_value
+from alertd.schema.types import redacted
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -20,7 +20,6 @@ from typing import Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from alertd.config.hints import did_you_mean, model_at, unknown_key
-from alertd.config.types import Strict
 from alertd.config.windows import AGGREGATE_EXAMPLE, WindowSpec, number_value, window_condition, window_span
 from alertd.durations import parse_duration
 from alertd.rules.conditions import (
@@ -35,6 +34,7 @@ from alertd.rules.conditions import (
     ZScore,
 )
 from alertd.rules.expr import parse_expr
+from alertd.schema.types import Strict
 
 Loc = tuple[str | int, ...]
 

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from alertd.config.conditions import parse_condition
-from alertd.config.types import Duration, Strict
 from alertd.dispatch.route_config import InhibitRuleConfig, RouteConfig, TimeIntervalConfig
 from alertd.model import make_labels
 from alertd.receivers import NotifierConfig
@@ -17,6 +16,7 @@ from alertd.rules.conditions import Absent, Condition
 from alertd.rules.expr import Expr
 from alertd.rules.rule import LabelMatcher, Rule
 from alertd.rules.templates import TemplateError, parse_template
+from alertd.schema.types import Duration, Strict
 from alertd.sources.config import SourceConfig
 
 NAME = r"^[A-Za-z_][A-Za-z0-9_.:-]*$"

@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import Field
 
-from alertd.config.types import Strict
 from alertd.durations import parse_duration
 from alertd.rules.conditions import AGGREGATES, OPS, Span, WindowAggregate
+from alertd.schema.types import Strict
 
 
 def window_span(text: Any, what: str) -> Span:

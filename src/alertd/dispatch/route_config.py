@@ -7,10 +7,10 @@ from typing import Any, TypeVar
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from alertd.config.types import Duration, Strict
 from alertd.dispatch import timeintervals as ti
 from alertd.dispatch.matchers import Matcher, equality_matchers, parse_matchers
 from alertd.dispatch.routes import InhibitRule, Route, child_key
+from alertd.schema.types import Duration, Strict
 from alertd.userregex import compile_user_regex
 
 

@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from alertd.config.httpauth import BasicAuthConfig, TLSConfig
-from alertd.config.secretfiles import read_secret_file, secrets_from_files
-from alertd.config.types import Duration, Strict
+from alertd.schema.httpauth import BasicAuthConfig, TLSConfig
+from alertd.schema.secretfiles import read_secret_file, secrets_from_files
+from alertd.schema.types import Duration, Strict
 from alertd.templating.notifications import check_notifier_template
 
 NotifierTemplate = Annotated[str, AfterValidator(check_notifier_template)]

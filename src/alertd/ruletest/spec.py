@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from alertd.config.types import Duration, Strict
+from alertd.schema.types import Duration, Strict
 
 
 def _text(value: Any) -> Any:

@@ -8,10 +8,10 @@ import os
 import signal
 from collections.abc import Sequence
 
-from alertd.config.secretfiles import read_secret_file
 from alertd.dispatch.outbox import StateDirError
 from alertd.errors import ConfigError
 from alertd.logs import setup_logging
+from alertd.schema.secretfiles import read_secret_file
 from alertd.service.engine import log
 from alertd.service.service import Service
 from alertd.threads import DaemonExecutor

@@ -8,9 +8,9 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from alertd.config.httpauth import BasicAuthConfig, TLSConfig
-from alertd.config.secretfiles import secrets_from_files
-from alertd.config.types import Duration, SourceConfigBase, Strict
+from alertd.schema.httpauth import BasicAuthConfig, TLSConfig
+from alertd.schema.secretfiles import secrets_from_files
+from alertd.schema.types import Duration, SourceConfigBase, Strict
 from alertd.userregex import compile_user_regex
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from alertd.config.secretfiles import secrets_from_files
-from alertd.config.types import Strict
+from alertd.schema.secretfiles import secrets_from_files
+from alertd.schema.types import Strict
 
 
 class BasicAuthConfig(Strict):
