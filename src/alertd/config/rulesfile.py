@@ -15,9 +15,9 @@ from alertd.receivers import NotifierConfig
 from alertd.rules.conditions import Absent, Condition
 from alertd.rules.expr import Expr
 from alertd.rules.rule import LabelMatcher, Rule
-from alertd.rules.templates import TemplateError, parse_template
 from alertd.schema.types import Duration, Strict
 from alertd.sources.config import SourceConfig
+from alertd.templating.annotations import TemplateError, parse_template
 
 NAME = r"^[A-Za-z_][A-Za-z0-9_.:-]*$"
 """A rule's, a notifier's name."""
