@@ -11,7 +11,7 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 INSTALL   := $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: venv venv-run run test check lint bench demo system-deps clean
+.PHONY: venv venv-run run test check lint bench demo docs system-deps clean
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "alertd needs Python 3.11 or newer")'
@@ -61,6 +61,10 @@ bench: venv
 
 demo: venv-run
 	$(PY) examples/demo.py
+
+# The docs site (mkdocs.yml): built as the tests build it, into site/; `$(VENV)/bin/mkdocs serve` while writing.
+docs: venv
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist src/*.egg-info
