@@ -231,3 +231,24 @@ def test_dry_run_reports_bad_sample_lines_and_keeps_the_rest(tmp_path: Path) -> 
     assert f"{f}:1: skipped: not JSON" in done.stderr
     assert f"{f}:3: skipped: value must be a number" in done.stderr
     assert "FIRING   loss_not_finite" in done.stdout
+
+
+def test_dry_run_into_a_reader_that_stops_early_ends_quietly_as_a_unix_filter(tmp_path: Path) -> None:
+    """`alertd dry-run ... | head -1`: the reader goes away; alertd ends with 141 (SIGPIPE's status), no traceback.
+    The output (3000 runs' NaN: about 400 kB) is more than a pipe holds, so alertd writes after the reader left."""
+    lines = (
+        json.dumps({"metric": "loss", "labels": {"run": f"r{i}"}, "time": 1e9 + i, "step": 1, "value": "NaN"})
+        for i in range(3000)
+    )
+    (tmp_path / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "rules.yaml").write_text("rules:\n  - {name: nan, metric: loss, condition: nonfinite}\n")
+    cmd = [sys.executable, "-m", "alertd", "dry-run", "--rules", str(tmp_path / "rules.yaml")]
+    cmd += ["--source", f"samples:{tmp_path / 'runs.jsonl'}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 141
+    assert b"FIRING" in first and b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()[-2000:]

@@ -147,6 +147,11 @@ def test_a_command_that_does_not_exist_is_127(rules: Path, tmp_path: Path) -> No
     done = subprocess.run([*cmd, "--", "no-such-command-here"], capture_output=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 127
     assert b"can't start no-such-command-here" in done.stderr
+    # with the built-in rules, whose sources are being polled as alertd stops at once: no job's traceback
+    builtin = [sys.executable, "-m", "alertd", "exec", "--state-dir", str(tmp_path / "b"), "--", "no-such-command"]
+    done = subprocess.run(builtin, capture_output=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 127 and b"can't start no-such-command" in done.stderr
+    assert b"Traceback" not in done.stderr and b"CancelledError" not in done.stderr, done.stderr.decode()[-2000:]
 
 
 def test_bad_rules_start_nothing_and_exit_2(tmp_path: Path) -> None:

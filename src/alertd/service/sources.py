@@ -10,6 +10,7 @@ loop free between them, so one source's storm never holds the others.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -149,7 +150,7 @@ class SourceRunner:
         if self.scheduler is None:
             return
         self.scheduler.add_job(
-            self.poll,
+            self._scheduled_poll,
             "interval",
             args=[name],
             seconds=self.sources[name].interval,
@@ -265,6 +266,12 @@ class SourceRunner:
         task.add_done_callback(self._tasks.discard)
 
     # polling
+
+    async def _scheduled_poll(self, name: str) -> None:
+        """A poll the scheduler started: one still under way when alertd stops (its loop cancels what is left)
+        ends quietly, not as a job's traceback."""
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.poll(name)
 
     async def poll(self, name: str, *, woken: bool = False) -> None:
         """One poll of one source, with backoff after failures: scheduled (everything the source reads),
