@@ -18,7 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from alertd import __version__, progress
 from alertd.config import Config, load_config
-from alertd.dryrun import dumps, replay, transition_text
+from alertd.dryrun import dumps, named_root_run, replay, transition_text
 from alertd.errors import ConfigError, SourceError
 from alertd.model import Sample, Transition
 from alertd.progress import MessageHandler, Progress
@@ -299,6 +299,8 @@ def _collect(cfg: Config, specs: Sequence[str], bar: Progress | None = None) -> 
             bar.reading(label, total_known=src.type in _SIZED_UP_FRONT)
         if src.type == "samples":
             out += _read_samples_file(src.path, src.name, bar)
+        elif src.type == "tensorboard":  # a run directory given as the logdir: its run is named, not `.`
+            out += named_root_run(asyncio.run(_poll_all(src, bar)), os.path.basename(os.path.abspath(src.logdir)))
         else:
             out += asyncio.run(_poll_all(src, bar))
         if bar is not None:

@@ -14,7 +14,16 @@ from operator import attrgetter
 
 from alertd._np import np
 from alertd.buffer import MAX_TIME, BufferLimits, SeriesBuffer
-from alertd.model import Restart, Sample, SeriesKey, Transition, format_time, format_value, shown_annotations
+from alertd.model import (
+    Restart,
+    Sample,
+    SeriesKey,
+    Transition,
+    format_time,
+    format_value,
+    make_labels,
+    shown_annotations,
+)
 from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
 from alertd.runs.tracker import RunTracker
 
@@ -177,3 +186,17 @@ def transition_text(t: Transition) -> str:
 def dumps(t: Transition) -> str:
     """One JSON line."""
     return json.dumps(transition_json(t), separators=(", ", ": "))
+
+
+def named_root_run(samples: list[Sample], name: str) -> list[Sample]:
+    """The samples with a TensorBoard logdir's root run (`.`: event files right in the logdir) named `name`, the
+    logdir's directory name, as the training callbacks name a run: what a dry run shows is a name, never `.`."""
+    if not name or name in (".", "..", "/"):
+        return samples
+    out = []
+    for s in samples:
+        if s.series.label("run") == ".":
+            labels = make_labels({**dict(s.series.labels), "run": name})
+            s = Sample(SeriesKey(s.series.metric, labels), s.time, s.step, s.value)
+        out.append(s)
+    return out

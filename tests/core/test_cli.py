@@ -220,6 +220,10 @@ def test_dry_run_over_a_tensorboard_logdir(tmp_path: Path) -> None:
     assert (fired["rule"], fired["state"], fired["step"], fired["value"]) == ("loss_not_finite", "firing", 3, "+Inf")
     assert fired["labels"]["run"] == "exp1" and fired["labels"]["source"] == "tb"
     assert fired["time"] == "2026-05-29T00:00:03Z"
+    # the run directory itself as the logdir: its run is named by the directory, never "."
+    done = alertd("dry-run", "--rules", "rules/default.yaml", "--source", f"tensorboard:{tmp_path / 'exp1'}")
+    assert done.returncode == 0, done.stderr
+    assert "run=exp1 " in done.stdout and "run=. " not in done.stdout, done.stdout
 
 
 def test_dry_run_reports_bad_sample_lines_and_keeps_the_rest(tmp_path: Path) -> None:

@@ -28,9 +28,9 @@ from alertd.config.merge import _merge
 from alertd.config.validate import _validate
 from alertd.dispatch.plan import PlanState, plan
 from alertd.dispatch.routes import Route
-from alertd.dryrun import replay, transition_json
+from alertd.dryrun import named_root_run, replay, transition_json
 from alertd.errors import ConfigError, Problem, SourceError
-from alertd.model import Notification, Sample, SeriesKey, Transition, format_time, make_labels
+from alertd.model import Notification, Sample, Transition, format_time
 from alertd.plot.build import figure, runs_in
 from alertd.plot.svg import figure_svg
 from alertd.rules.evaluate import RuleSet
@@ -113,7 +113,7 @@ class DryRunJob:
         fields = {"type": kind, "name": "dry-run", location: path, **extra}
         cfg = TypeAdapter(SourceConfig).validate_python(fields)
         samples = asyncio.run(_poll_once(cfg))
-        return _named_root_run(samples, path) if kind == "tensorboard" else samples
+        return named_root_run(samples, os.path.basename(os.path.normpath(path))) if kind == "tensorboard" else samples
 
     def _read_file(self, path: str) -> list[Sample]:
         out: list[Sample] = []
@@ -126,21 +126,6 @@ class DryRunJob:
         except ValueError as exc:
             raise DryRunError(400, [str(exc)]) from exc
         return out
-
-
-def _named_root_run(samples: list[Sample], logdir: str) -> list[Sample]:
-    """The samples with a TensorBoard logdir's root run (`.`: event files right in the logdir) named by the
-    logdir's directory name, as the training callbacks name a run: what the page shows is a name, never `.`."""
-    name = os.path.basename(os.path.normpath(logdir))
-    if not name or name == ".":
-        return samples
-    out = []
-    for s in samples:
-        if s.series.label("run") == ".":
-            labels = make_labels({**dict(s.series.labels), "run": name})
-            s = Sample(SeriesKey(s.series.metric, labels), s.time, s.step, s.value)
-        out.append(s)
-    return out
 
 
 async def _poll_once(cfg: SourceConfig) -> list[Sample]:
