@@ -9,21 +9,33 @@ take reports (`alertd.dispatch.announce`)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, Protocol, TypeVar, runtime_checkable
+
+from alertd.dispatch.announce import ActionReport
+from alertd.model import Notification
 
 ACTED_MAX = 10_000
 """Firings remembered per notifier; the oldest are forgotten first."""
 
 
-class _Report(Protocol):
+R = TypeVar("R", bound=ActionReport)
+
+
+@runtime_checkable
+class Action(Protocol):
+    """An action notifier: a notifier (`send`, `aclose`) that acts on each alert newly firing, once per firing,
+    refuses (`Refused`) what it can't or mustn't act on, and keeps every outcome as one report in `history`,
+    which it also hands to its `report` callback (the service announces it through the dispatcher)."""
+
+    name: str
+
     @property
-    def refused(self) -> str | None: ...
+    def history(self) -> Sequence[ActionReport]: ...
 
-    def summary(self) -> str: ...
+    async def send(self, notification: Notification) -> None: ...
 
-
-R = TypeVar("R", bound=_Report)
+    async def aclose(self) -> None: ...
 
 
 class Firings:
