@@ -11,6 +11,7 @@ from alertd.dispatch.route_config import InhibitRuleConfig, RouteConfig
 from alertd.errors import Problem
 from alertd.receivers import NotifierConfig
 from alertd.rules.rule import Rule
+from alertd.runs.restart import RestartPolicy
 from alertd.sources.config import SourceConfig
 
 
@@ -31,6 +32,10 @@ class Config:
     max_retry_after: float = 300.0
     max_notifications_per_flush: int = 10
     export: ExportConfig = field(default_factory=ExportConfig)
+    restart: RestartPolicy | None = None
+    """`exec: {restart: ...}`: when `alertd exec` starts its child again (None: never)."""
+    checkpoints: str | None = None
+    """`exec: {checkpoints: DIR}`: where `alertd exec` finds the checkpoint ledger a restart resumes from."""
     rule_files: Mapping[str, str] = field(default_factory=dict)
     """The file each rule was read from, by rule name."""
     warnings: tuple[Problem, ...] = ()

@@ -8,7 +8,15 @@ from collections.abc import Mapping
 from alertd.buffer import BufferLimits
 from alertd.config.compiled import DEFAULT_RECEIVER, Config
 from alertd.config.places import doc_named, problem_at
-from alertd.config.rulesfile import BufferConfig, DeliveryConfig, ExportConfig, RuleConfig, RulesFile, RunsConfig
+from alertd.config.rulesfile import (
+    BufferConfig,
+    DeliveryConfig,
+    ExecConfig,
+    ExportConfig,
+    RuleConfig,
+    RulesFile,
+    RunsConfig,
+)
 from alertd.config.severities import _check_severities
 from alertd.dispatch.route_config import InhibitRuleConfig, RouteConfig, check_time_intervals
 from alertd.errors import ConfigError, Problem
@@ -27,7 +35,7 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
     route: tuple[str, RouteConfig] | None = None
     inhibit: list[InhibitRuleConfig] = []
     buffer, interval, runs = BufferConfig(), 1.0, RunsConfig()
-    delivery, export = DeliveryConfig(), ExportConfig()
+    delivery, export, exec_ = DeliveryConfig(), ExportConfig(), ExecConfig()
     for doc, model in parsed:
         for i, src in enumerate(model.sources):
             if src.name in sources:
@@ -58,6 +66,7 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
         runs = model.runs or runs
         delivery = model.delivery or delivery
         export = model.export or export
+        exec_ = model.exec or exec_
     if not notifiers:
         notifiers[DEFAULT_RECEIVER] = LogConfig(type="log")
     root = route[1] if route else RouteConfig(receivers=sorted(notifiers))
@@ -88,6 +97,8 @@ def _merge(parsed: list[tuple[Document, RulesFile]], files: tuple[str, ...]) -> 
         max_retry_after=delivery.max_retry_after,
         max_notifications_per_flush=delivery.max_notifications_per_flush,
         export=export,
+        restart=exec_.restart.build() if exec_.restart is not None else None,
+        checkpoints=exec_.checkpoints,
         rule_files={name: file for name, (file, _, _) in rules.items()},
         warnings=tuple(warnings),
     )

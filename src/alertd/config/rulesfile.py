@@ -1,10 +1,10 @@
 """The models of one rules file: `RulesFile` and its parts (`rules:` entries, `buffer:`, `runs:`, `delivery:`,
-`export:`); the sources', notifiers' and routes' own models live beside their code."""
+`export:`, `exec:`); the sources', notifiers' and routes' own models live beside their code."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
@@ -15,6 +15,7 @@ from alertd.receivers import NotifierConfig
 from alertd.rules.conditions import Absent, Condition
 from alertd.rules.expr import Expr
 from alertd.rules.rule import LabelMatcher, Rule
+from alertd.runs.restart import RESTARTABLE, RestartPolicy
 from alertd.schema.types import Duration, Strict
 from alertd.sources.config import SourceConfig
 from alertd.templating.annotations import TemplateError, parse_template
@@ -161,6 +162,44 @@ class ExportConfig(Strict):
         return value
 
 
+def _restartable() -> list[Literal["crashed", "lost"]]:
+    return list(RESTARTABLE)
+
+
+class RestartConfig(Strict):
+    """`exec: {restart: ...}`: start `alertd exec`'s child again when it crashed or was lost (`alertd.runs.restart`)."""
+
+    on: Annotated[list[Literal["crashed", "lost"]], BeforeValidator(_listify)] = Field(
+        default_factory=_restartable, min_length=1
+    )
+    max: int = Field(default=3, ge=0, le=1000)
+    """Restarts at most (0: none)."""
+    backoff: Duration = 30.0
+    """Seconds between an attempt's end and the next start."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _on_key(cls, value: Any) -> Any:
+        """YAML 1.1 reads a bare `on:` key as true: it is `on`."""
+        if isinstance(value, Mapping) and True in value and "on" not in value:
+            return {("on" if k is True else k): v for k, v in value.items()}
+        return value
+
+    def build(self) -> RestartPolicy:
+        """The core policy."""
+        return RestartPolicy.of(self.on, self.max, self.backoff)
+
+
+class ExecConfig(Strict):
+    """`exec:`: what only `alertd exec` does with its child (`alertd run` ignores it)."""
+
+    restart: RestartConfig | None = None
+    """Default: never restarted."""
+    checkpoints: str | None = Field(default=None, min_length=1)
+    """The directory of the checkpoint ledger (`alertd-checkpoints.jsonl`, the trainer's output directory): a
+    restart resumes from its newest good checkpoint."""
+
+
 class RulesFile(Strict):
     """One rules file."""
 
@@ -177,3 +216,4 @@ class RulesFile(Strict):
     runs: RunsConfig | None = None
     delivery: DeliveryConfig | None = None
     export: ExportConfig | None = None
+    exec: ExecConfig | None = None
