@@ -12,13 +12,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from pydantic import TypeAdapter, ValidationError
 
 from alertd import __version__, progress
 from alertd.config import Config, load_config
 from alertd.dryrun import dumps, named_root_run, replay, transition_text
+from alertd.durations import parse_duration
 from alertd.errors import ConfigError, SourceError
 from alertd.model import Sample, Transition
 from alertd.progress import MessageHandler, Progress
@@ -27,6 +28,9 @@ from alertd.sources.config import SourceConfig
 from alertd.sources.registry import REPLAYABLE, build_source
 from alertd.sources.samples import read_samples
 from alertd.sources.textlog import TextLogSource
+
+if TYPE_CHECKING:
+    from alertd.service.exec import RestartOverrides
 
 COMMANDS = ("run", "exec", "check", "test", "dry-run")
 
@@ -71,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
         "exec",
         help="run a trainer as alertd's child, watched; exit with its status",
         usage="alertd exec [--rules FILE ...] [--no-stop] [--listen HOST:PORT] [--run NAME] [--state-dir DIR] "
+        "[--restart-on crashed,lost] [--max-restarts N] [--restart-backoff 30s] [--checkpoints DIR] "
         "-- COMMAND [ARG ...]",
     )
     ex.add_argument("--rules", action="append", metavar="FILE", help="rules file (repeatable; default: the built-in)")
@@ -82,6 +87,21 @@ def _parser() -> argparse.ArgumentParser:
         "--no-stop",
         action="store_true",
         help="with the built-in rules: only tell, never stop the child (default: a non-finite loss stops it)",
+    )
+    ex.add_argument(
+        "--restart-on",
+        default=None,
+        metavar="crashed,lost",
+        help="start the child again when it ended so (default with any restart flag: crashed,lost; "
+        "never after a CUDA OOM, a user's interrupt, alertd's own stop); over the rules file's exec.restart",
+    )
+    ex.add_argument("--max-restarts", type=int, default=None, metavar="N", help="restarts at most (0: none)")
+    ex.add_argument("--restart-backoff", default=None, metavar="DURATION", help="wait before a restart (default 30s)")
+    ex.add_argument(
+        "--checkpoints",
+        default=None,
+        metavar="DIR",
+        help="the trainer's output directory, whose checkpoint ledger a restart resumes from (ALERTD_RESUME_FROM)",
     )
     ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]")
     check = sub.add_parser("check", help="validate rules files")
@@ -387,8 +407,32 @@ def _exec(ns: argparse.Namespace) -> int:
         state_dir=ns.state_dir,
         log_format=ns.log_format,
         stop=not ns.rules and not ns.no_stop,
+        restart=_restart_flags(ns),
+        checkpoints=ns.checkpoints,
     )
     return status
+
+
+def _restart_flags(ns: argparse.Namespace) -> RestartOverrides:
+    """`--restart-on`, `--max-restarts`, `--restart-backoff`, checked."""
+    from alertd.runs.restart import RESTARTABLE
+    from alertd.service.exec import RestartOverrides
+
+    on = None
+    if ns.restart_on is not None:
+        on = tuple(w.strip() for w in ns.restart_on.split(",") if w.strip())
+        wrong = [w for w in on if w not in RESTARTABLE]
+        if wrong or not on:
+            raise CliError(f"--restart-on: {', '.join(wrong) or 'nothing'}: give crashed, lost or crashed,lost")
+    if ns.max_restarts is not None and ns.max_restarts < 0:
+        raise CliError("--max-restarts can't be negative")
+    backoff = None
+    if ns.restart_backoff is not None:
+        try:
+            backoff = parse_duration(ns.restart_backoff)
+        except ValueError as exc:
+            raise CliError(f"--restart-backoff: {exc}") from None
+    return RestartOverrides(on, ns.max_restarts, backoff)
 
 
 def default_rules() -> Path:

@@ -257,6 +257,15 @@ class RunTracker:
         self._end(r, reason, now, out, say_finished=r.state is not RunState.ENDED)
         return out
 
+    def started_again(self, source: str, run: str, now: float) -> list[Sample]:
+        """The run's process is started again (alertd exec's restart): a new episode, as when an ended run writes
+        again, even before it writes. Nothing when it has not ended."""
+        r = self._run(source, run)
+        out: list[Sample] = []
+        if r.state is RunState.ENDED:
+            self._restart(r, now, out)
+        return out
+
     def ended_unseen(self, source: str, run: str, now: float) -> list[Sample]:
         """The run's last episode ended while no one watched (alertd was not running): ended now, reason
         unknown. Nothing when it is known ended."""

@@ -59,7 +59,7 @@ _PYTHON = [sys.executable, "-I", "-S", "-c"]
 
 
 class ChildRun:
-    """One child process, its output copied and parsed. Labels: `source`, `run`, `host`, `pid`."""
+    """One child process, its output copied and parsed. Labels: `source`, `run`, `host`, `pid` (and `labels`)."""
 
     def __init__(
         self,
@@ -72,8 +72,11 @@ class ChildRun:
         stdout_fd: int = 1,
         stderr_fd: int = 2,
         env: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
     ) -> None:
         self.argv = list(argv)
+        self.labels = dict(labels or {})
+        """Labels of its output's samples beside `source`, `run`, `host` and `pid` (alertd exec's `attempt`)."""
         self.run = run
         self.source = source
         self.on_samples = on_samples
@@ -128,7 +131,7 @@ class ChildRun:
         self.pid = pid
         info = Procfs().read(pid)
         self.start_ticks = info.start_ticks if info is not None else None
-        labels = {"source": self.source, "run": self.run, "host": socket.gethostname(), "pid": str(pid)}
+        labels = {**self.labels, "source": self.source, "run": self.run, "host": socket.gethostname(), "pid": str(pid)}
         self.stream = LogStream(f"the output of {self.argv[0]} (pid {pid})", labels)
         reader = threading.Thread(target=self._read, args=(feed_r,), name="exec-output", daemon=True)
         reader.start()

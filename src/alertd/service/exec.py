@@ -1,30 +1,39 @@
 """`alertd exec -- COMMAND ...`: the trainer as alertd's own child, watched and supervised; alertd exits with
 its status. The child and its output: `alertd.service.child`; the stop the built-in rules add:
-`alertd.service.exec_stop`."""
+`alertd.service.exec_stop`; whether a child that crashed is started again: `alertd.runs.restart` (the attempts
+are counted here, in memory: a SIGKILLed alertd exec takes its child with it, and restarts nothing)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import signal
 import sqlite3
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from alertd.dispatch.announce import ActionReport
 from alertd.dispatch.outbox import STATE_DIR_ENV, StateDirError, StateDirLocked
+from alertd.durations import format_duration
 from alertd.errors import ConfigError
+from alertd.integrations.ledger import last_good
+from alertd.integrations.resume import ATTEMPT_ENV, CHECKPOINTS_ENV, RESUME_ENV
 from alertd.logs import setup_logging
 from alertd.model import Sample
 from alertd.runs.procfs import Procfs
+from alertd.runs.restart import FINISHED, RESTARTABLE, AttemptEnd, Decision, RestartPolicy
 from alertd.service.child import ChildRun
 from alertd.service.engine import log
 from alertd.service.exec_stop import with_exec_stop
 from alertd.service.main import serve, token_problem
 from alertd.service.service import Service
+from alertd.sources.textlog.stream import EVENT
 
 EXEC_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 """Signals `alertd exec` takes for its child: forwarded (see `_forward_signals`), never its own end."""
@@ -45,6 +54,8 @@ def run_exec(
     state_dir: str | None = None,
     log_format: str = "auto",
     stop: bool = False,
+    restart: RestartOverrides | None = None,
+    checkpoints: str | None = None,
 ) -> int:
     """`alertd exec -- COMMAND ...`: run the trainer as a child, watched; exit with its status.
 
@@ -57,7 +68,8 @@ def run_exec(
     The state lives in `state_dir` (`--state-dir`, else $ALERTD_STATE_DIR), else in one of its own per run
     name, `./.state/exec/<run>` (`<run>.2`, ... while another alertd exec of that name holds it), so that an
     exec starts its trainer beside a service using `./.state`. `stop`: add the exec stop to the rules
-    (`alertd.service.exec_stop`; the built-in rules without `--no-stop`).
+    (`alertd.service.exec_stop`; the built-in rules without `--no-stop`). `restart` (`--restart-on`,
+    `--max-restarts`, `--restart-backoff`) and `checkpoints` (`--checkpoints`) override the rules files' `exec:`.
     """
     setup_logging(log_format)
     if (why := token_problem(listen)) is not None:
@@ -98,14 +110,38 @@ def run_exec(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(stop_file)  # an earlier child's request it never honoured (a script without the callbacks)
     # Block the signals before any thread exists, so that only the forwarding thread takes them.
+    policy = (restart or RestartOverrides()).apply(service.config.restart)
+    ledger = checkpoints or service.config.checkpoints
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, EXEC_SIGNALS)
     try:
-        status = asyncio.run(_exec_main(service, list(argv), name, listen, env))
+        status = asyncio.run(_exec_main(service, list(argv), name, listen, env, policy, ledger, stop_file))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
     if status is None:
         return 127
     return 128 - status if status < 0 else status
+
+
+@dataclass(frozen=True)
+class RestartOverrides:
+    """The command line's restart flags; None: as the rules files say."""
+
+    on: tuple[str, ...] | None = None
+    max_restarts: int | None = None
+    backoff: float | None = None
+
+    def apply(self, policy: RestartPolicy | None) -> RestartPolicy | None:
+        """The policy in force: the file's (None: no restarts) with the flags given over it; any flag turns
+        restarts on with the defaults for the rest; `--max-restarts 0` turns them off."""
+        if self.on is None and self.max_restarts is None and self.backoff is None:
+            return policy
+        base = policy or RestartPolicy()
+        new = RestartPolicy.of(
+            self.on if self.on is not None else base.on,
+            self.max_restarts if self.max_restarts is not None else base.max_restarts,
+            self.backoff if self.backoff is not None else base.backoff,
+        )
+        return new if new.max_restarts > 0 else None
 
 
 STOP_FILE_NAME = "ALERTD_STOP"
@@ -121,8 +157,25 @@ def _exec_state_dirs(run: str) -> list[Path]:
     return [base / safe, *(base / f"{safe}.{n}" for n in range(2, EXEC_STATE_DIRS + 1))]
 
 
+class _Supervision:
+    """What the signal thread and the restart loop share: the child of the attempt under way (None between
+    attempts) and whether a signal from outside came during it."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.child: ChildRun | None = None
+        self.signalled: signal.Signals | None = None
+        self.wake = wake
+
+
 async def _exec_main(
-    service: Service, argv: list[str], run: str, listen: str | None, env: dict[str, str] | None = None
+    service: Service,
+    argv: list[str],
+    run: str,
+    listen: str | None,
+    env: dict[str, str] | None = None,
+    restart: RestartPolicy | None = None,
+    checkpoints: str | None = None,
+    stop_file: str | None = None,
 ) -> int | None:
     loop = asyncio.get_running_loop()
     main = asyncio.create_task(serve(service, listen, handle_signals=False))
@@ -131,28 +184,60 @@ async def _exec_main(
             await main
             return None
         await asyncio.sleep(0.01)
+    woken = asyncio.Event()
+    sup = _Supervision(lambda: _call_soon(loop, woken.set))
+    acted = _action_reports(service)
+    env = dict(env or {})
+    if checkpoints is not None:
+        env[CHECKPOINTS_ENV] = os.path.abspath(checkpoints)
+    _earlier_run_ended(service, "exec", run)  # restored alerts of an earlier child: that run is over
+    attempt, status, forwarding = 1, None, False
+    while True:
+        events: set[str] = set()
 
-    def deliver(samples: list[Sample]) -> None:
-        loop.call_soon_threadsafe(lambda: service.ingest(samples, service.clock.now()))
+        def deliver(samples: list[Sample], events: set[str] = events) -> None:
+            events.update(s.series.label("event") or "" for s in samples if s.series.metric == EVENT)
+            loop.call_soon_threadsafe(lambda: service.ingest(samples, service.clock.now()))
 
-    child = ChildRun(argv, run=run, on_samples=deliver, env=env)
-    _earlier_run_ended(service, child.source, run)  # restored alerts of an earlier child: that run is over
-    try:
-        pid = child.start()
-    except OSError as exc:
-        log.error("alertd exec: can't start %s: %s", argv[0], exc.strerror or exc)
-        service.stop()
-        await main
-        return None
-    service.child = child
-    log.info("alertd exec: started %s (pid %d) as run %s", argv[0], pid, run)
-    threading.Thread(target=_forward_signals, args=(child,), name="exec-signals", daemon=True).start()
-    status = await loop.run_in_executor(None, child.wait)
-    log.info("alertd exec: %s (pid %d) exited with status %d", argv[0], pid, status)
-    now = service.clock.now()
-    service.evaluate_with(service.engine.runs.exited(child.source, run, status, now), now)  # its end, at once
+        labels = {}
+        if restart is not None:
+            labels["attempt"] = env[ATTEMPT_ENV] = str(attempt)
+        child = ChildRun(argv, run=run, on_samples=deliver, env=env, labels=labels)
+        sup.signalled, reports = None, len(acted)
+        try:
+            pid = child.start()
+        except OSError as exc:
+            log.error("alertd exec: can't start %s: %s", argv[0], exc.strerror or exc)
+            if status is None:
+                service.stop()
+                await main
+                return None
+            break  # a restart that can't start: the run ends as the last attempt did
+        service.child = sup.child = child
+        if not forwarding:
+            threading.Thread(target=_forward_signals, args=(sup,), name="exec-signals", daemon=True).start()
+            forwarding = True
+        log.info("alertd exec: started %s (pid %d) as run %s%s", argv[0], pid, run, _nth(attempt, restart))
+        status = await loop.run_in_executor(None, child.wait)
+        sup.child = None
+        log.info("alertd exec: %s (pid %d) exited with status %d", argv[0], pid, status)
+        now = service.clock.now()
+        stop_asked = _stop_asked(service, child.source, run)
+        service.evaluate_with(service.engine.runs.exited(child.source, run, status, now), now)  # its end, at once
+        await service.deliveries.drain(list(service.notifiers.values()), EXEC_DRAIN)  # actions report the end
+        if restart is None:
+            break
+        stopped = stop_asked or len(acted) > reports or (stop_file is not None and os.path.exists(stop_file))
+        end = AttemptEnd(status, sup.signalled is not None, stopped, frozenset(events))
+        nxt = await _backoff(service, sup, woken, restart.decide(end, attempt, service.clock.now()), run, status)
+        if nxt is None:
+            break
+        _resume_env(env, checkpoints)
+        attempt = nxt
+        now = service.clock.now()
+        service.evaluate_with(service.engine.runs.started_again(child.source, run, now), now)  # a new episode
+    sup.wake = lambda: None
     receivers = list(service.notifiers.values())
-    await service.deliveries.drain(receivers, EXEC_DRAIN)  # the actions under way report how the child ended
     try:
         service.deliveries.flush_groups()  # alertd ends with its child: what waits in a group is told now
     except sqlite3.Error as exc:
@@ -161,6 +246,80 @@ async def _exec_main(
     service.stop()
     await main
     return status
+
+
+async def _backoff(
+    service: Service, sup: _Supervision, woken: asyncio.Event, decision: Decision, run: str, status: int
+) -> int | None:
+    """The next attempt once the policy's backoff has passed; None when there is none (it said no, or a signal
+    came meanwhile)."""
+    if not decision.restart:
+        if decision.ending != FINISHED:
+            level = logging.WARNING if decision.ending in RESTARTABLE else logging.INFO
+            why = decision.why
+            log.log(level, "alertd exec: run %s %s (status %d): not restarted: %s", run, decision.ending, status, why)
+        return None
+    delay = max(0.0, (decision.at or 0.0) - service.clock.now())
+    log.warning(
+        "alertd exec: run %s %s (status %d): %s, attempt %d in %s",
+        run,
+        decision.ending,
+        status,
+        decision.why,
+        decision.attempt,
+        format_duration(round(delay, 3)),
+    )
+    woken.clear()
+    if sup.signalled is None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woken.wait(), delay)
+    if sup.signalled is not None:
+        log.info("alertd exec: %s during the backoff: run %s not restarted", sup.signalled.name, run)
+        return None
+    return decision.attempt
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop has closed: nothing waits any more
+        loop.call_soon_threadsafe(fn)
+
+
+def _nth(attempt: int, restart: RestartPolicy | None) -> str:
+    return f", attempt {attempt} of {restart.max_restarts + 1} at most" if restart is not None else ""
+
+
+def _action_reports(service: Service) -> list[ActionReport]:
+    """The reports of the actions that acted (not refused) from now on: alertd stopped its child."""
+    acted: list[ActionReport] = []
+    announce = service.receivers.report
+
+    async def report(r: ActionReport) -> None:
+        if not r.refused:
+            acted.append(r)
+        if announce is not None:
+            await announce(r)
+
+    service.receivers.report = report
+    return acted
+
+
+def _stop_asked(service: Service, source: str, run: str) -> bool:
+    """The child's callbacks honoured a stop request (`run.stopped`) before it ended."""
+    r = service.engine.runs.runs.get((source, run))
+    return r is not None and r.stop_requested
+
+
+def _resume_env(env: dict[str, str], checkpoints: str | None) -> None:
+    """Point the next attempt at the newest good checkpoint of the ledger in `checkpoints` (`ALERTD_RESUME_FROM`)."""
+    if checkpoints is None:
+        return
+    entry = last_good(checkpoints)
+    if entry is None:
+        log.warning("alertd exec: no good checkpoint in the ledger of %s: the next attempt starts afresh", checkpoints)
+        env.pop(RESUME_ENV, None)
+        return
+    env[RESUME_ENV] = str(entry["path"])
+    log.warning("alertd exec: the next attempt resumes from %s (step %s)", entry["path"], entry.get("step"))
 
 
 def _earlier_run_ended(service: Service, source: str, run: str) -> None:
@@ -172,19 +331,26 @@ def _earlier_run_ended(service: Service, source: str, run: str) -> None:
         service.evaluate_with(service.engine.runs.ended_unseen(source, run, now), now)
 
 
-def _forward_signals(child: ChildRun) -> None:
+def _forward_signals(sup: _Supervision) -> None:
     """Take SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 (blocked everywhere else) and pass them on to the
     child, once: not a signal the terminal sent to the whole foreground process group (Ctrl-C), nor a
     SIGUSR1/SIGUSR2 from one of alertd's own ancestors, which signals the whole job (Slurm's scancel
-    --signal=USR1 --full from slurmstepd, a shell's kill of the process group): the child has it already."""
+    --signal=USR1 --full from slurmstepd, a shell's kill of the process group): the child has it already.
+    Each is a stop asked from outside: the attempt it came in is not restarted (nor is one waiting to start)."""
     procfs = Procfs()
-    while child.status is None:
+    while True:
         info = signal.sigwaitinfo(EXEC_SIGNALS)
         sig = signal.Signals(info.si_signo)
+        child = sup.child
+        sup.signalled = sig
+        sup.wake()
         if info.si_code == _SI_KERNEL:
             continue  # from the terminal, to the whole foreground process group: the child has it too
         if sig in JOB_SIGNALS and info.si_pid in procfs.ancestors(os.getpid()):
             log.info("alertd exec: %s from pid %d, which signals the whole job: not forwarded", sig.name, info.si_pid)
+            continue
+        if child is None:
+            log.info("alertd exec: %s with no child running: no restart", sig.name)
             continue
         log.info("alertd exec: forwarding %s to pid %s", sig.name, child.pid)
         child.send(sig)
