@@ -38,6 +38,10 @@ what = plan[min(attempt, len(plan)) - 1]
 print(f"attempt={attempt} step={attempt} loss={'nan' if what == 'nan' else 1.0}", flush=True)
 if what == "oom":
     print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", file=sys.stderr, flush=True)
+if what == "kill":  # as the kernel's OOM killer does
+    with open(starts, "a") as f:
+        f.write(json.dumps([attempt, start, time.time()]) + "\n")
+    os.kill(os.getpid(), 9)
 if what == "wait":
     import signal
     signal.signal(signal.SIGINT, lambda *a: sys.exit(1))  # a trainer that exits 1 on Ctrl-C: still no restart
@@ -115,6 +119,16 @@ def test_a_child_that_always_crashes_is_given_up_after_max_with_the_last_status_
     gaps = [nxt[1] - prev[2] for prev, nxt in itertools.pairwise(got)]
     assert min(gaps) >= 0.5, gaps
     assert b"run t crashed (status 13): not restarted: gave up after 2 restarts (restart.max: 2)" in err
+
+
+def test_a_child_killed_by_a_signal_alertd_did_not_send_is_lost_and_restarted(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    proc = alertd_exec(tmp_path, receiver, ["kill", "ok"])
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    assert [a[0] for a in attempts(tmp_path)] == [1, 2]
+    assert b"run t lost (status -9): restart 1 of 3, attempt 2 in 200ms" in err
 
 
 @pytest.mark.parametrize(
@@ -291,3 +305,19 @@ def test_a_real_hf_run_that_crashes_once_resumes_from_its_last_checkpoint_and_fi
     logs = [[line for line in part if line.startswith("{'loss'")] for part in (lines[:second], lines[second:])]
     assert [len(part) for part in logs] == [11, 10], done.stdout[-3000:]
     assert logs[1][0] == logs[0][10]
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--restart-on", "crashed,finished"], "--restart-on: finished: give crashed, lost or crashed,lost"),
+        (["--restart-backoff", "soon"], "--restart-backoff: expected a duration such as 30s"),
+        (["--max-restarts", "-1"], "--max-restarts can't be negative"),
+    ],
+)
+def test_bad_restart_flags_start_nothing(tmp_path: Path, flags: list[str], said: str) -> None:
+    marker = tmp_path / "ran"
+    cmd = [sys.executable, "-m", "alertd", "exec", *flags, "--", "touch", str(marker)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode != 0 and not marker.exists()
+    assert said in done.stderr
