@@ -9,8 +9,8 @@ One JSON line per save, appended to `<output_dir>/alertd-checkpoints.jsonl` (HF:
   write, when it was vetoed); `time`: Unix seconds;
 - `finite`: every floating tensor of the model's parameters and of the optimizer's state was finite (on every
   rank); `saved`: the checkpoint was written (false: vetoed, because the weights were not finite);
-- `by`: "schedule" (the framework's own saving: HF `save_strategy`, Lightning `ModelCheckpoint`) or "stop"
-  (alertd's stop request);
+- `by`: "schedule" (the framework's own saving: HF `save_strategy`, Lightning `ModelCheckpoint`), "stop"
+  (alertd's stop request) or "command" (alertd's `save` command);
 - `framework`: "hf" or "lightning".
 
 `last_good(output_dir)` gives the newest entry whose weights were finite, that was saved, and whose path still
@@ -33,6 +33,7 @@ MAX_READ_BYTES = 1 << 20
 """How much of the ledger's end is read (1 MiB: several thousand entries)."""
 SCHEDULE = "schedule"
 STOP = "stop"
+COMMAND = "command"
 
 
 def ledger_path(output_dir: str | os.PathLike[str]) -> str:

@@ -40,6 +40,14 @@ The stop's own checkpoint is saved only with finite weights; otherwise nothing i
 stops. Every save and veto is recorded in the checkpoint ledger `<default_root_dir>/alertd-checkpoints.jsonl`
 (`alertd.integrations.ledger`, written by global rank 0), and the stop's log line and `run.stopped` (labels
 `checkpoint`, `saved`) name the checkpoint saved at the stop, or the last good one when nothing was saved.
+
+alertd's in-process actions (`alertd.integrations.steering`; commands in `commands_dir`, else
+`$ALERTD_COMMANDS_DIR`, else `<default_root_dir>/alertd-commands`) are taken in `on_train_batch_end` after each
+optimizer step: `lr_scale` changes the optimizers' param groups and the LR schedulers' base LRs at once; `skip_step`
+drops the next update (in `on_before_optimizer_step`, before clipping: every gradient set to None, so the optimizer
+moves nothing); `save` saves `<dir>/alertd-save-step=N.ckpt` (only with finite weights); `stop` is a stop request.
+With `guard=Guard(...)`, a step whose loss (from `on_before_backward`) or pre-clip gradient norm is not finite or
+an outlier is dropped the same way. One process: the commands are not shared between ranks.
 """
 
 from __future__ import annotations
@@ -51,9 +59,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from alertd.integrations import finite
-from alertd.integrations.ledger import SCHEDULE, STOP, Ledger
+from alertd.integrations.guard import Guard
+from alertd.integrations.ledger import COMMAND, SCHEDULE, STOP, Ledger
 from alertd.integrations.patches import Patches
 from alertd.integrations.recorder import GRAD_NORM, LOSS, RunRecorder
+from alertd.integrations.steering import Steering
+from alertd.integrations.stop import COMMAND as STOP_COMMAND
 from alertd.integrations.stop import DEFAULT_SIGNALS
 
 log = logging.getLogger("alertd.integrations")
@@ -89,6 +100,8 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         run: str | None = None,
         signals: Iterable[str] = DEFAULT_SIGNALS,
         checkpoint_dir: str | os.PathLike[str] | None = None,
+        commands_dir: str | os.PathLike[str] | None = None,
+        guard: Guard | None = None,
     ) -> None:
         if _Base is object:
             raise ImportError(
@@ -97,6 +110,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
             )
         super().__init__()
         self.recorder = RunRecorder(samples_path, stop_file, run, signals)
+        self.steering = Steering(commands_dir, guard)
         self.checkpoint_dir = os.fspath(checkpoint_dir) if checkpoint_dir is not None else None
         self._fitting = False
         self._stopping = False
@@ -113,6 +127,8 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         self._loss_sum: Any = None
         self._loss_count = 0
         self._grad_norms: list[Any] = []
+        self._judged = False
+        self._guard_loss: Any = None
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         """Note that `fit` runs, so that a crash before training starts is recorded too."""
@@ -128,6 +144,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         self._finite_at = None
         self._reset(None)
         self.recorder.start(trainer.default_root_dir, trainer.global_step)
+        self.steering.start(trainer.default_root_dir, self.recorder)
         self._ledger = Ledger(trainer.default_root_dir, "lightning", write=bool(trainer.is_global_zero))
         self._patches.restore()
         for callback in getattr(trainer, "checkpoint_callbacks", ()):
@@ -147,6 +164,18 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         norm = _grad_norm(optimizer)
         if norm is not None:
             self._grad_norms.append(norm)
+        if self.steering.judging and not self._judged and self._step is not None:
+            self._judged = True
+            loss = float(self._guard_loss) if self._guard_loss is not None else None
+            why = self.steering.judge(self._step, loss, float(norm) if norm is not None else None)
+            if why is not None:
+                self.steering.skipped(self._step, why, trainer.optimizers)
+
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        """A micro-batch's loss, before its backward pass: the guard judges their sum (automatic optimization)."""
+        if self.steering.judging and hasattr(loss, "detach"):
+            loss = loss.detach()
+            self._guard_loss = loss if self._guard_loss is None else self._guard_loss + loss
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Add the batch's loss; once the optimizer stepped, write the step's values and honour a stop request."""
@@ -166,7 +195,28 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         if self._grad_norms:  # several optimizers stepping at once: the norm of them all
             self.recorder.write(GRAD_NORM, math.hypot(*(float(n) for n in self._grad_norms)), step)
         self._reset(trainer.global_step)
+        self._commands(trainer)
         self._maybe_stop(trainer)
+
+    def _commands(self, trainer: Any) -> None:
+        step = trainer.global_step
+        schedulers = [config.scheduler for config in getattr(trainer, "lr_scheduler_configs", ())]
+        orders = self.steering.boundary(step, trainer.optimizers, schedulers)
+        for command in orders.stop:
+            self.steering.done(command, step)
+            self.recorder.stop.reason = self.recorder.stop.reason or STOP_COMMAND
+        if not orders.save:
+            return
+        path = os.path.abspath(os.path.join(self._checkpoint_dir(trainer), f"alertd-save-step={step}.ckpt"))
+        if self._weights_finite(trainer):
+            trainer.save_checkpoint(path, weights_only=False)
+            self._ledger.saved(step, path, COMMAND)
+            for command in orders.save:
+                self.steering.done(command, step, checkpoint=path)
+        else:
+            self._ledger.vetoed(step, path, COMMAND)
+            for command in orders.save:
+                self.steering.refuse(command, step, "weights not finite, no checkpoint saved")
 
     def _maybe_stop(self, trainer: Any) -> None:
         reason = self.recorder.stop_reason()

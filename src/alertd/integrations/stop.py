@@ -32,6 +32,8 @@ DEFAULT_STOP_NAME = "ALERTD_STOP"
 DEFAULT_SIGNALS = ("SIGINT", "SIGUSR1")
 STOP_FILE = "stop_file"
 """The `reason` of a request made by the stop file; a signal's is its name (SIGINT, SIGUSR1)."""
+COMMAND = "command"
+"""The `reason` of a request made by alertd's `stop` command (`alertd.integrations.commands`)."""
 
 _Handler = Callable[[int, FrameType | None], Any] | int | None
 
@@ -80,6 +82,8 @@ class StopRequest:
         """What asked to stop, in words: the signal, or the stop file and the alert its body names."""
         if self.reason is None:
             return "nothing (no stop request)"
+        if self.reason == COMMAND:
+            return "alertd's stop command"
         if self.reason != STOP_FILE:
             return f"signal {self.reason}"
         text = f"stop file {self.stop_file}"

@@ -47,6 +47,14 @@ nothing (`control.should_save = False`) and still stops. Every save and veto is 
 ledger `<output_dir>/alertd-checkpoints.jsonl` (`alertd.integrations.ledger`, written by process 0), and the
 stop's log line and `run.stopped` (labels `checkpoint`, `saved`) name the checkpoint saved at the stop, or the
 last good one when nothing was saved.
+
+alertd's in-process actions (`alertd.integrations.steering`; commands in `commands_dir`, else
+`$ALERTD_COMMANDS_DIR`, else `<output_dir>/alertd-commands`) are taken at every `on_step_end`: `lr_scale`
+changes the optimizer's param groups and the scheduler's base LRs at once (the Trainer logs the new
+`learning_rate` from the next step on); `skip_step` drops the next step's update (in `on_pre_optimizer_step`,
+after clipping: every gradient set to None, so the optimizer moves nothing); `save` sets `control.should_save`
+(the regular `checkpoint-<step>`, only with finite weights); `stop` is a stop request. With `guard=Guard(...)`,
+a step whose raw loss or pre-clip gradient norm is not finite or an outlier is dropped the same way.
 """
 
 from __future__ import annotations
@@ -58,9 +66,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from alertd.integrations import finite
-from alertd.integrations.ledger import SCHEDULE, STOP, Ledger
+from alertd.integrations.guard import Guard
+from alertd.integrations.ledger import COMMAND, SCHEDULE, STOP, Ledger
 from alertd.integrations.patches import Patches
 from alertd.integrations.recorder import GRAD_NORM, LOSS, RunRecorder
+from alertd.integrations.steering import Steering
+from alertd.integrations.stop import COMMAND as STOP_COMMAND
 from alertd.integrations.stop import DEFAULT_SIGNALS
 
 log = logging.getLogger("alertd.integrations")
@@ -91,6 +102,8 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         stop_file: str | os.PathLike[str] | None = None,
         run: str | None = None,
         signals: Iterable[str] = DEFAULT_SIGNALS,
+        commands_dir: str | os.PathLike[str] | None = None,
+        guard: Guard | None = None,
     ) -> None:
         if _Base is object:
             raise ImportError(
@@ -98,6 +111,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
                 "(pip install transformers)"
             )
         self.recorder = RunRecorder(samples_path, stop_file, run, signals)
+        self.steering = Steering(commands_dir, guard)
         self._patches = Patches()
         self._trainer: Any = None
         self._ledger = Ledger(".", "hf", write=False)
@@ -113,6 +127,8 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         self._finite = True
         self._vetoed_save = False
         self._saved_path: str | None = None
+        self._saves: list[Any] = []  # save commands the Trainer is to carry out at this step
+        self._save_step: int | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Open the samples file, write `run.started`, listen for a stop, wrap the Trainer's methods."""
@@ -121,6 +137,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         self._reset_run()
         output_dir = args.output_dir or "."
         self.recorder.start(output_dir, state.global_step)
+        self.steering.start(output_dir, self.recorder)
         self._ledger = Ledger(output_dir, "hf", write=getattr(args, "process_index", 0) == 0)
         trainer = _find_trainer(self)
         self._trainer = trainer
@@ -145,6 +162,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         if self._grad_norm is not None:
             self.recorder.write(GRAD_NORM, float(self._grad_norm), step)
         self._loss = self._grad_norm = None
+        self._commands(step, control, kwargs)
         reason = _any_rank(self.recorder.stop_reason(), args)
         if reason is None or self._stopping:
             return
@@ -160,8 +178,45 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
             control.should_save = True
             self._pending_stop = reason  # reported once the Trainer saved (on_save), or did not (on_train_end)
 
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """The gradients are complete and clipped: drop the update if a `skip_step` command or the guard says so."""
+        if not self.steering.judging:
+            return
+        step = state.global_step + 1
+        loss = float(self._loss) if self._loss is not None else None
+        norm = float(self._grad_norm) if self._grad_norm is not None else None
+        why = self.steering.judge(step, loss, norm)
+        if why is not None:
+            self.steering.skipped(step, why, [kwargs.get("optimizer") or getattr(self._trainer, "optimizer", None)])
+
+    def _commands(self, step: int, control: Any, kwargs: dict[str, Any]) -> None:
+        """Take alertd's new commands at the end of `step`; a save a step ago that the Trainer did not make is
+        refused."""
+        for command in self._saves:
+            self.steering.refuse(command, self._save_step, "the Trainer saved no checkpoint")
+        self._saves = []
+        optimizer = kwargs.get("optimizer") or getattr(self._trainer, "optimizer", None)
+        scheduler = kwargs.get("lr_scheduler") or getattr(self._trainer, "lr_scheduler", None)
+        orders = self.steering.boundary(step, [o for o in (optimizer,) if o], [s for s in (scheduler,) if s])
+        for command in orders.stop:
+            self.steering.done(command, step)
+            self.recorder.stop.reason = self.recorder.stop.reason or STOP_COMMAND
+        if not orders.save:
+            return
+        if self._trainer is not None and not self._weights_finite():
+            for command in orders.save:
+                self.steering.refuse(command, step, "weights not finite, no checkpoint saved")
+            return
+        control.should_save = True
+        self._saves, self._save_step = orders.save, step
+
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """The Trainer saved a checkpoint: if it is the stop's, say so."""
+        """The Trainer saved a checkpoint: if it is the stop's or a save command's, say so."""
+        if self._saves:
+            path = self._saved_path or os.path.join(args.output_dir or ".", f"checkpoint-{state.global_step}")
+            for command in self._saves:
+                self.steering.done(command, state.global_step, checkpoint=os.path.abspath(path))
+            self._saves = []
         if self._pending_stop is not None and self._stop_step is not None:
             reason, self._pending_stop = self._pending_stop, None
             path = self._saved_path or os.path.join(args.output_dir or ".", f"checkpoint-{self._stop_step}")
@@ -235,7 +290,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
             step = trainer.state.global_step
             trial = kwargs["trial"] if "trial" in kwargs else args[1] if len(args) > 1 else None
             path = _checkpoint_path(trainer, trial, step)
-            by = STOP if step == self._stop_step else SCHEDULE
+            by = STOP if step == self._stop_step else COMMAND if self._saves else SCHEDULE
             if not self._weights_finite():
                 self._ledger.vetoed(step, path, by)
                 self._vetoed_save = True

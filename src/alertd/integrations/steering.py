@@ -1,0 +1,167 @@
+"""In-process actions at a step boundary: alertd's commands and the step guard, as a training loop applies them.
+
+Framework-free; the HF and Lightning callbacks and `alertd.integrations.torchloop` drive it. At each step boundary
+`boundary()` takes the new commands of the run's commands directory (`alertd.integrations.commands`), in order:
+
+- `lr_scale` is applied at once: every param group's `lr` (and `initial_lr`) of every optimizer and every
+  scheduler's `base_lrs` (its last LRs too) are multiplied by `factor`, floored at `min_lr` (a LR already at or
+  below `min_lr` is left alone; when every one is, the command is refused);
+- `skip_step`, `save` and `stop` are returned (`Orders`) for the framework to carry out: the next update is
+  dropped (`drop_update`: every gradient of the optimizers set to None, so no torch optimizer moves a weight or
+  its state), a checkpoint saved (only with finite weights: `alertd.integrations.finite`), the run stopped.
+
+`judge()` says, just before an update, whether to drop it: a `skip_step` command, or the `Guard` (off unless
+given). Each command is acknowledged to alertd (`Inbox.acknowledge`) and recorded in the samples file: metric
+`alertd.action` = 1 (labels `action`, `command`, `outcome`: applied or refused), `train/lr` after a `lr_scale`
+(the first param group's new LR), `train/step_skipped` = 1 at each dropped update (labels `reason`: command or
+guard, and `why`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from alertd.integrations.commands import COMMANDS_DIR_ENV, DEFAULT_COMMANDS_NAME, Command, Inbox
+from alertd.integrations.guard import Guard
+from alertd.integrations.recorder import RunRecorder, resolve
+
+log = logging.getLogger("alertd.integrations")
+
+ACTION = "alertd.action"
+LR = "train/lr"
+STEP_SKIPPED = "train/step_skipped"
+
+
+@dataclass
+class Orders:
+    """What the framework is to do at this boundary: drop the next update, save, stop (each a command to
+    acknowledge once done)."""
+
+    skip: list[Command] = field(default_factory=list)
+    save: list[Command] = field(default_factory=list)
+    stop: list[Command] = field(default_factory=list)
+
+
+class Steering:
+    """One run's in-process actions: its commands directory, its guard, its recorder."""
+
+    def __init__(self, commands_dir: str | os.PathLike[str] | None, guard: Guard | None) -> None:
+        self.commands_dir_arg = commands_dir
+        self.guard = guard
+        self.inbox: Inbox | None = None
+        self.recorder: RunRecorder | None = None
+        self._skip: list[Command] = []
+
+    def start(self, base_dir: str | os.PathLike[str], recorder: RunRecorder) -> None:
+        """Training begins in `base_dir`: the commands directory is `commands_dir`, `$ALERTD_COMMANDS_DIR` or
+        `<base_dir>/alertd-commands` (created)."""
+        default = os.path.join(os.path.abspath(os.fspath(base_dir)), DEFAULT_COMMANDS_NAME)
+        self.inbox = Inbox(resolve(self.commands_dir_arg, COMMANDS_DIR_ENV, default))
+        self.inbox.prepare()
+        self.recorder = recorder
+        self._skip = []
+
+    def boundary(self, step: int, optimizers: Iterable[Any], schedulers: Iterable[Any]) -> Orders:
+        """Take the new commands at the boundary after `step`: apply `lr_scale`, acknowledge refusals, return the
+        rest."""
+        orders = Orders()
+        if self.inbox is None:
+            return orders
+        optimizers, schedulers = list(optimizers), list(schedulers)
+        for item in self.inbox.poll():
+            if not isinstance(item, Command):
+                name, why = item
+                self.refuse(Command(name, "unknown"), step, why)
+            elif item.action == "lr_scale":
+                self._lr_scale(item, step, optimizers, schedulers)
+            else:
+                getattr(orders, {"skip_step": "skip"}.get(item.action, item.action)).append(item)
+        self._skip.extend(orders.skip)
+        return orders
+
+    @property
+    def judging(self) -> bool:
+        """Whether `judge` may drop the coming update (a guard, or a `skip_step` command waiting)."""
+        return self.guard is not None or bool(self._skip)
+
+    def judge(self, step: int, loss: float | None, grad_norm: float | None) -> str | None:
+        """Whether to drop the update of `step` (about to happen): why ("command", or the guard's reason), or None."""
+        why = self.guard.judge(step, loss=loss, grad_norm=grad_norm) if self.guard is not None else None
+        if self._skip:
+            return "command"
+        return why
+
+    def skipped(self, step: int, why: str, optimizers: Iterable[Any]) -> None:
+        """Drop the update of `step` (`judge` said `why`), record it, acknowledge the skip_step commands."""
+        drop_update(optimizers)
+        reason = "command" if why == "command" else "guard"
+        log.warning("alertd: step %d: update skipped (%s)", step, why)
+        self._write(STEP_SKIPPED, 1.0, step, {"reason": reason, "why": why[:200]})
+        for command in self._skip:
+            self.done(command, step)
+        self._skip = []
+
+    def done(self, command: Command, step: int | None, **fields: Any) -> None:
+        """`command` was carried out at `step`: acknowledge it (with `fields`) and record it."""
+        self._ack(command, step, applied=True, **fields)
+
+    def refuse(self, command: Command, step: int | None, why: str) -> None:
+        """`command` can't be carried out: acknowledge the refusal, log it, record it."""
+        log.warning("alertd: command %s refused: %s", command.name, why)
+        self._ack(command, step, applied=False, refused=why)
+
+    def _lr_scale(self, command: Command, step: int, optimizers: list[Any], schedulers: list[Any]) -> None:
+        factor, min_lr = command.number("factor", 0.5), command.number("min_lr", 0.0)
+        if not 0 < factor < float("inf"):
+            self.refuse(command, step, f"factor must be a positive number (got {command.body.get('factor')!r})")
+            return
+        groups = [g for opt in optimizers for g in getattr(opt, "param_groups", ())]
+        if not groups:
+            self.refuse(command, step, "no optimizer to change")
+            return
+        old = float(groups[0]["lr"])
+        if not any(float(g["lr"]) > min_lr for g in groups):
+            self.refuse(command, step, f"the LR is already at or below min_lr {min_lr:g}")
+            return
+        for group in groups:
+            for key in ("lr", "initial_lr"):
+                if key in group:
+                    group[key] = scaled(float(group[key]), factor, min_lr)
+        for scheduler in schedulers:
+            inner = getattr(scheduler, "scheduler", scheduler)  # accelerate's AcceleratedScheduler wraps one
+            if isinstance(getattr(inner, "base_lrs", None), list):
+                inner.base_lrs = [scaled(float(lr), factor, min_lr) for lr in inner.base_lrs]
+            if isinstance(getattr(inner, "_last_lr", None), list):
+                inner._last_lr = [float(g["lr"]) for g in getattr(inner, "optimizer", optimizers[0]).param_groups]
+        new = float(groups[0]["lr"])
+        log.warning("alertd: step %d: LR scaled by %g: %g -> %g (command %s)", step, factor, old, new, command.name)
+        self._write(LR, new, step, {"reason": "lr_scale"})
+        self.done(command, step, old_lr=old, new_lr=new, factor=factor)
+
+    def _ack(self, command: Command, step: int | None, **fields: Any) -> None:
+        outcome = "applied" if fields.get("applied") else "refused"
+        self._write(ACTION, 1.0, step, {"action": command.action, "command": command.name, "outcome": outcome})
+        if self.inbox is not None:
+            self.inbox.acknowledge(command.name, step, command.action, **fields)
+
+    def _write(self, metric: str, value: float, step: int | None, labels: dict[str, str]) -> None:
+        if self.recorder is not None:
+            self.recorder.write(metric, value, step, labels)
+
+
+def scaled(lr: float, factor: float, min_lr: float) -> float:
+    """`lr * factor`, not below `min_lr`; a LR already at or below `min_lr` as it is."""
+    return lr if lr <= min_lr else max(lr * factor, min_lr)
+
+
+def drop_update(optimizers: Iterable[Any]) -> None:
+    """Set every gradient of the optimizers' parameters to None: the coming `optimizer.step()` leaves every weight
+    and every state (Adam's moments, its step count) as it is."""
+    for optimizer in optimizers:
+        for group in getattr(optimizer, "param_groups", ()):
+            for parameter in group.get("params", ()):
+                parameter.grad = None
