@@ -38,6 +38,9 @@ NOTIFIERS: dict[str, str] = {
     "stop_file": "alertd.actions.stop_file:StopFileNotifier",
     "wandb_stop": "alertd.actions.wandb_stop:WandbStopNotifier",
     "slurm": "alertd.actions.slurm:SlurmNotifier",
+    "lr_scale": "alertd.actions.inprocess:InProcessNotifier",
+    "skip_step": "alertd.actions.inprocess:InProcessNotifier",
+    "save": "alertd.actions.inprocess:InProcessNotifier",
 }
 
 

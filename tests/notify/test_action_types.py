@@ -16,7 +16,7 @@ pytestmark = pytest.mark.anyio
 
 
 def test_every_action_takes_a_report_and_telling_notifiers_and_unknown_types_do_not() -> None:
-    assert {"kill", "wandb_stop", "stop_file", "slurm"} <= set(ACTION_TYPES)
+    assert {"kill", "wandb_stop", "stop_file", "slurm", "lr_scale", "skip_step", "save"} <= set(ACTION_TYPES)
     for action in ACTION_TYPES:
         assert accepts(action, "report"), action
     assert not accepts("webhook", "report") and not accepts("email", "report")
@@ -31,6 +31,9 @@ async def test_every_action_type_builds_an_action_of_the_one_contract(tmp_path: 
         "stop_file": {"type": "stop_file", "path": str(tmp_path / "{run}" / "STOP")},
         "wandb_stop": {"type": "wandb_stop", "api_key": "k" * 40},
         "slurm": {"type": "slurm"},
+        "lr_scale": {"type": "lr_scale", "path": str(tmp_path / "{run}"), "factor": 0.5, "at_most": 3},
+        "skip_step": {"type": "skip_step", "base_dir": str(tmp_path), "path": "{run}/alertd-commands"},
+        "save": {"type": "save", "path": str(tmp_path / "{run}" / "alertd-commands"), "wait": "5m"},
     }
     assert set(configs) == set(ACTION_TYPES)  # a new action gets a line here
     adapter: TypeAdapter[NotifierConfig] = TypeAdapter(NotifierConfig)

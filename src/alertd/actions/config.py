@@ -1,5 +1,5 @@
 """The rules-file models of the actions: the notifiers that act on a training run (`kill`, `stop_file`,
-`wandb_stop`, `slurm`) rather than tell people."""
+`wandb_stop`, `slurm`, and the in-process `lr_scale`, `skip_step`, `save`) rather than tell people."""
 
 from __future__ import annotations
 
@@ -30,11 +30,7 @@ class AskFirstConfig(Strict):
 
     @model_validator(mode="after")
     def _path(self) -> AskFirstConfig:
-        try:
-            self.stop_file_config()
-        except ValidationError as e:
-            why = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
-            raise ValueError(f"stop_file: {why}") from None
+        _checked_path(self.stop_file, self.base_dir, "stop_file: ")
         if self.wait < 0:
             raise ValueError("ask_first.wait must not be negative")
         return self
@@ -42,6 +38,15 @@ class AskFirstConfig(Strict):
     def stop_file_config(self) -> StopFileConfig:
         """The same path as a `stop_file` notifier config (validated: stray braces, relative paths)."""
         return StopFileConfig(type="stop_file", path=self.stop_file, base_dir=self.base_dir)
+
+
+def _checked_path(path: str, base_dir: str | None, prefix: str = "") -> StopFileConfig:
+    """`path` and `base_dir` as a `stop_file` notifier config; ValueError saying what is wrong (after `prefix`)."""
+    try:
+        return StopFileConfig(type="stop_file", path=path, base_dir=base_dir)
+    except ValidationError as e:
+        why = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
+        raise ValueError(f"{prefix}{why}") from None
 
 
 class KillConfig(Strict):
@@ -217,13 +222,63 @@ class SlurmNotifierConfig(Strict):
         return self
 
 
-ACTION_TYPES = ("kill", "stop_file", "wandb_stop", "slurm")
+class CommandConfig(Strict):
+    """What the in-process actions (`lr_scale`, `skip_step`, `save`) share: the run's commands directory and how
+    often, how long.
+
+    `path` names the commands directory (alertd's callbacks read `<output_dir>/alertd-commands`), a template with
+    `{label}` placeholders expanded and checked exactly as the `stop_file` notifier's `path` (absolute, or relative
+    to `base_dir`, never leaving it); the directory must exist. `at_most`: the most commands this notifier writes
+    into one run's directory (pending or done: counted from the directory); `wait`: how long to wait for the
+    trainer's acknowledgement before reporting without it.
+    """
+
+    path: str = Field(min_length=1)
+    base_dir: str | None = None
+    at_most: int | None = Field(default=None, ge=1)
+    wait: Duration = Field(default=60.0, ge=0)
+
+    @model_validator(mode="after")
+    def _path(self) -> CommandConfig:
+        _checked_path(self.path, self.base_dir)
+        return self
+
+    def stop_file_config(self) -> StopFileConfig:
+        """The same path as a `stop_file` notifier config (validated: stray braces, relative paths)."""
+        return _checked_path(self.path, self.base_dir)
+
+
+class LrScaleConfig(CommandConfig):
+    """Asks the trainer to multiply every param group's LR and its scheduler's base LRs by `factor`, not below
+    `min_lr`, at its next step boundary."""
+
+    type: Literal["lr_scale"]
+    factor: float = Field(default=0.5, gt=0, allow_inf_nan=False)
+    min_lr: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+
+
+class SkipStepConfig(CommandConfig):
+    """Asks the trainer to drop its next update (every gradient set to None before `optimizer.step()`)."""
+
+    type: Literal["skip_step"]
+
+
+class SaveConfig(CommandConfig):
+    """Asks the trainer to save a checkpoint at its next step boundary, if its weights are finite."""
+
+    type: Literal["save"]
+
+
+ACTION_TYPES = ("kill", "stop_file", "wandb_stop", "slurm", "lr_scale", "skip_step", "save")
 """Notifier types that act on the training run rather than tell people. Each firing reaches them at once and
 alone (`alertd.dispatch.plan`'s immediate receivers); what they did is announced to the alert's other
 receivers, never to these."""
 
-ActionConfig = KillConfig | StopFileConfig | WandbStopConfig | SlurmNotifierConfig
-"""The actions' configurations (`notifiers:` entries of types kill, stop_file, wandb_stop and slurm)."""
+ActionConfig = (
+    KillConfig | StopFileConfig | WandbStopConfig | SlurmNotifierConfig | LrScaleConfig | SkipStepConfig | SaveConfig
+)
+"""The actions' configurations (`notifiers:` entries of types kill, stop_file, wandb_stop, slurm, lr_scale,
+skip_step and save)."""
 
 
 def action_receivers(notifiers: Mapping[str, object]) -> frozenset[str]:
