@@ -321,3 +321,20 @@ def test_bad_restart_flags_start_nothing(tmp_path: Path, flags: list[str], said:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode != 0 and not marker.exists()
     assert said in done.stderr
+
+
+def test_a_signal_during_the_backoff_ends_the_run_with_the_last_status(tmp_path: Path, receiver: Receiver) -> None:
+    proc = alertd_exec(tmp_path, receiver, ["7", "ok"], backoff="30s")
+    assert proc.stderr is not None
+    said = b""
+    while b"attempt 2 in 30s" not in said:  # the child has ended; alertd waits out its backoff
+        line = proc.stderr.readline()
+        assert line, said.decode()[-3000:]
+        said += line
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 7, err.decode()[-3000:]
+    assert time.monotonic() - sent < 15  # not the 30 s backoff
+    assert b"SIGTERM during the backoff: run t not restarted" in err
+    assert [a[0] for a in attempts(tmp_path)] == [1]
