@@ -69,9 +69,11 @@ class StepHooks(TrainerCallback):
             time.sleep(self.sleep)
 
 
-def train(outdir: Path, steps: int, hooks: StepHooks, forward: Any = None, **overrides: Any) -> Trainer:
-    """Train the tiny GPT-2 for ``steps`` steps with AlertdCallback and ``hooks``; ``forward(output)`` may change
-    (or raise on) the model's output."""
+def train(
+    outdir: Path, steps: int, hooks: StepHooks, forward: Any = None, alertd: Any = None, **overrides: Any
+) -> Trainer:
+    """Train the tiny GPT-2 for ``steps`` steps with AlertdCallback (``alertd``, else one with its defaults) and
+    ``hooks``; ``forward(output)`` may change (or raise on) the model's output."""
     config = GPT2Config(
         n_layer=1, n_head=2, n_embd=32, vocab_size=VOCAB_SIZE, n_positions=32, bos_token_id=0, eos_token_id=0
     )
@@ -98,7 +100,7 @@ def train(outdir: Path, steps: int, hooks: StepHooks, forward: Any = None, **ove
         model=model,
         args=args,
         train_dataset=RandomTokens(steps * BATCH_SIZE * args.gradient_accumulation_steps, SEQ_LEN, VOCAB_SIZE),
-        callbacks=[hooks, AlertdCallback()],
+        callbacks=[hooks, alertd or AlertdCallback()],
     )
     trainer.train()
     return trainer

@@ -4,6 +4,7 @@ Usage::
 
     python inprocess_run.py OUTDIR hf_spike        # HF Trainer, grad-norm spikes at SPIKES; alertd sends lr_scale
     python inprocess_run.py OUTDIR hf_skip         # HF Trainer; a skip_step and a save command after step SKIP_AT
+    python inprocess_run.py OUTDIR hf_guard        # HF Trainer; guard on, NaN loss at GUARD_NAN
     python inprocess_run.py OUTDIR lightning       # Lightning; guard on, NaN loss at GUARD_NAN; commands after step 5
 
 hf_spike trains the one-layer GPT-2 of ``tests/writers/hf_trainer_run.py`` for ``SPIKE_STEPS`` steps of about
@@ -80,6 +81,30 @@ def hf_skip(out: Path) -> None:
     (out / "weights.json").write_text(json.dumps(weights))
 
 
+def hf_guard(out: Path) -> None:
+    """A HF run with AlertdCallback(guard=Guard(sigma=6, window=10)) whose loss is NaN at step GUARD_NAN (1-based)."""
+    from hf_integ_run import StepHooks, train
+
+    from alertd.integrations.guard import Guard
+    from alertd.integrations.transformers import AlertdCallback
+
+    weights: dict[int, float] = {}
+
+    class Weights(StepHooks):
+        def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+            weights[state.global_step] = weight_sum(model)
+
+    hooks = Weights()
+
+    def poison(output: Any) -> Any:
+        if hooks.step == GUARD_NAN:
+            output.loss = output.loss * math.nan
+        return output
+
+    train(out, 20, hooks, poison, AlertdCallback(guard=Guard(sigma=6, window=10)))
+    (out / "weights.json").write_text(json.dumps(weights))
+
+
 def lightning(out: Path) -> None:
     """Lightning with the guard on, a NaN loss at GUARD_NAN, and lr_scale + skip_step commands after step 5."""
     import lightning as L
@@ -133,5 +158,5 @@ def lightning(out: Path) -> None:
 if __name__ == "__main__":
     outdir, mode = Path(sys.argv[1]), sys.argv[2]
     t0 = time.monotonic()
-    {"hf_spike": hf_spike, "hf_skip": hf_skip, "lightning": lightning}[mode](outdir)
+    {"hf_spike": hf_spike, "hf_skip": hf_skip, "hf_guard": hf_guard, "lightning": lightning}[mode](outdir)
     print(f"done in {time.monotonic() - t0:.1f}s", flush=True)

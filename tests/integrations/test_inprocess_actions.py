@@ -5,6 +5,7 @@ the plain torch loop is in test_torchloop.py)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -106,6 +107,21 @@ def test_skip_step_and_save_commands_in_a_real_hf_run(tmp_path: Path) -> None:
     assert series(samples, "train/step_skipped") == {SKIP_AT + 1: 1.0}
     assert not list((out / "alertd-commands").glob("*.cmd"))  # all done
     assert markers(samples)[-1][0] == "run.finished"
+
+
+def test_hf_guard_drops_a_nan_step_on_its_own(tmp_path: Path) -> None:
+    """HF Trainer with Guard(sigma=6, window=10): the NaN-loss step is dropped (weights equal across it and finite
+    after it), logged as train/step_skipped with the reason; the run goes on to its last step."""
+    out = tmp_path / "hfguard"
+    run_script(out, "hf_guard")
+    weights = {int(k): v for k, v in json.loads((out / "weights.json").read_text()).items()}
+    assert [s for s in range(2, 21) if weights[s] == weights[s - 1]] == [GUARD_NAN]
+    assert all(math.isfinite(w) for w in weights.values()) and max(weights) == 20
+    samples = read_samples(out / "alertd-samples.jsonl")
+    (skipped,) = [s for s in samples if s["metric"] == "train/step_skipped"]
+    assert (skipped["step"], skipped["labels"]["reason"]) == (GUARD_NAN, "guard")
+    assert "loss is nan" in skipped["labels"]["why"]
+    assert math.isnan(series(samples, "train/loss")[GUARD_NAN])
 
 
 def test_lightning_guard_drops_a_nan_step_and_takes_commands(tmp_path: Path) -> None:
