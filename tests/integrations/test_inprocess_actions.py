@@ -47,6 +47,10 @@ def test_alertd_lr_scale_halves_a_real_hf_runs_lr_in_place_at_most_twice(tmp_pat
             cwd=tmp_path,
         )
     try:
+        deadline = time.monotonic() + TIMEOUT
+        while "alertd started" not in (tmp_path / "alertd.log").read_text():  # reading the samples file
+            assert alertd.poll() is None and time.monotonic() < deadline, (tmp_path / "alertd.log").read_text()
+            time.sleep(0.05)
         child = start("inprocess_run.py", out, "hf_spike")
         try:
             assert child.wait_exit() == 0, child.log[-3000:]
