@@ -61,7 +61,7 @@ async def one_poll(samples: list[Sample], sliced: bool) -> tuple[float, float]:
         await asyncio.sleep(0.02)
         started = time.perf_counter()
         if sliced:
-            await service._ingest_poll("storm", service.sources["storm"], samples, 1e9)
+            await service.runner._take("storm", service.sources["storm"], samples, 1e9)
         else:
             service.ingest(samples, 1e9)
             await asyncio.sleep(0)
