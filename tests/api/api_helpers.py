@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from alertd.api import serve_api
+from alertd.api.view import ServiceView
 from alertd.service import Service
 
 HOOK_TOKEN = "tok-SECRET-7f3a9c"
@@ -96,13 +97,10 @@ async def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = 
 
 
 @contextlib.asynccontextmanager
-async def serving(service: Service, *, start: bool = True, **kw: Any) -> AsyncIterator[httpx.AsyncClient]:
-    """Run `service` (unless start=False) and its API on a free port; yield a client for it."""
-    run = asyncio.create_task(service.run()) if start else None
-    if run is not None:
-        await wait_for(lambda: service.ready or run.done(), what="service ready")
+async def serving_api(view: ServiceView, **kw: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """Serve the API over `view` (a Service, or a fake of `ServiceView`) on a free port; yield a client for it."""
     port = free_port()
-    api = asyncio.create_task(serve_api(service, f"127.0.0.1:{port}", **kw))
+    api = asyncio.create_task(serve_api(view, f"127.0.0.1:{port}", **kw))
     client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30)
     try:
         for _ in range(500):
@@ -117,6 +115,18 @@ async def serving(service: Service, *, start: bool = True, **kw: Any) -> AsyncIt
         api.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await api
+
+
+@contextlib.asynccontextmanager
+async def serving(service: Service, *, start: bool = True, **kw: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """Run `service` (unless start=False) and its API on a free port; yield a client for it."""
+    run = asyncio.create_task(service.run()) if start else None
+    if run is not None:
+        await wait_for(lambda: service.ready or run.done(), what="service ready")
+    try:
+        async with serving_api(service, **kw) as client:
+            yield client
+    finally:
         if run is not None:
             service.stop()
             await run

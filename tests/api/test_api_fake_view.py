@@ -4,18 +4,12 @@ hand. What the routes need of the service is the view, and nothing else."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import pytest
-from api_helpers import free_port
+from api_helpers import serving_api
 
-from alertd.api import serve_api
-from alertd.api.view import ServiceView
 from alertd.buffer import SeriesBuffer
 from alertd.clock import FakeClock
 from alertd.config import Config, load_config
@@ -62,35 +56,10 @@ def fake(tmp_path: Path) -> FakeService:
     return FakeService(config, engine, FakeClock(T0), SilenceStore())
 
 
-@contextlib.asynccontextmanager
-async def serving(view: ServiceView) -> AsyncIterator[httpx.AsyncClient]:
-    port = free_port()
-    api = asyncio.create_task(serve_api(view, f"127.0.0.1:{port}"))
-    client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10)
-    try:
-
-        async def up() -> bool:
-            with contextlib.suppress(httpx.TransportError):
-                return (await client.get("/healthz")).status_code == 200
-            return False
-
-        for _ in range(500):
-            if await up():
-                break
-            assert not api.done(), api
-            await asyncio.sleep(0.02)
-        yield client
-    finally:
-        await client.aclose()
-        api.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await api
-
-
 async def test_the_routes_serve_a_fake_view_alerts_rules_silences_readiness_and_reload(tmp_path: Path) -> None:
     view = fake(tmp_path)
     key = SeriesKey("train/loss", make_labels({"run": "exp1", "source": "runs"}))
-    async with serving(view) as client:
+    async with serving_api(view) as client:
         assert (await client.get("/api/v1/alerts", params={"format": "alertd"})).json() == []
 
         view.engine.buffer.append([Sample(key, T0, 7, float("nan"))], T0)

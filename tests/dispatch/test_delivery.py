@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,20 +14,6 @@ from alertd.model import Transition
 
 from .helpers import FIRING, RESOLVED, Table, route, tr
 from .receiver import HttpTestNotifier, Receiver, free_port
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.stop()
-
-
-@pytest.fixture
-async def hook(receiver: Receiver) -> AsyncIterator[HttpTestNotifier]:
-    n = HttpTestNotifier("hook", receiver.url)
-    yield n
-    await n.aclose()
 
 
 def dispatcher(state: Path, notifier: HttpTestNotifier, seed: int = 1) -> Dispatcher:

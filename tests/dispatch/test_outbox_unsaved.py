@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import random
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,20 +20,6 @@ from .helpers import FIRING, RESOLVED, Table, route, tr
 from .receiver import HttpTestNotifier, Receiver
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.stop()
-
-
-@pytest.fixture
-async def hook(receiver: Receiver) -> AsyncIterator[HttpTestNotifier]:
-    n = HttpTestNotifier("hook", receiver.url)
-    yield n
-    await n.aclose()
 
 
 @contextlib.contextmanager
