@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +66,24 @@ def wait_for(cond: Callable[[], Any], what: str, timeout: float = 20.0, alertd: 
             raise AssertionError(f"alertd exited ({alertd.proc.returncode}) while waiting for {what}:\n{alertd.logs()}")
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}" + (f"\n{alertd.logs()}" if alertd else ""))
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `path` (made here) while the block runs (root only)."""
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill_disk(directory: Path) -> Path:
+    """Write zeros until the file system is full; the file that holds them."""
+    filler = directory / "filler"
+    with contextlib.suppress(OSError), filler.open("wb") as f:
+        while True:
+            f.write(b"\0" * 4096)
+            f.flush()
+    return filler

@@ -5,16 +5,14 @@ stop it: test_state_unsaved.py."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from service_helpers import Alertd
+from service_helpers import Alertd, fill_disk, tmpfs
 
 RULES = """
 sources: [{{name: s, type: samples, path: "{path}", interval: 0.2s}}]
@@ -42,24 +40,6 @@ def _ended(alertd: Alertd, timeout: float = 15.0) -> tuple[int, str]:
     code = alertd.proc.wait(timeout)
     alertd.stop()
     return code, alertd.logs()
-
-
-@contextlib.contextmanager
-def _tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def _fill(directory: Path) -> None:
-    """Write zeros until the file system is full."""
-    with contextlib.suppress(OSError), (directory / "filler").open("wb") as f:
-        while True:
-            f.write(b"\0" * 4096)
-            f.flush()
 
 
 def test_a_corrupt_database_is_moved_aside_with_a_warning_and_alertd_starts_afresh(tmp_path: Path) -> None:
@@ -97,7 +77,7 @@ def test_a_second_alertd_on_the_same_state_directory_exits_1_with_one_message(tm
 @root_only
 def test_a_read_only_state_directory_exits_1_with_one_message(tmp_path: Path) -> None:
     _, rules = _rules(tmp_path)
-    with _tmpfs(tmp_path / "ro", "1m") as mnt:
+    with tmpfs(tmp_path / "ro", "1m") as mnt:
         subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
         code, logs = _ended(Alertd(rules, mnt))  # the state directory itself is read-only
     assert code == 1
@@ -107,8 +87,8 @@ def test_a_read_only_state_directory_exits_1_with_one_message(tmp_path: Path) ->
 @root_only
 def test_a_full_disk_at_start_exits_1_with_one_message(tmp_path: Path) -> None:
     _, rules = _rules(tmp_path)
-    with _tmpfs(tmp_path / "full", "256k") as mnt:
-        _fill(mnt)
+    with tmpfs(tmp_path / "full", "256k") as mnt:
+        fill_disk(mnt)
         code, logs = _ended(Alertd(rules, mnt))
     assert code == 1
     assert "full" in logs and "Traceback" not in logs

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from service_helpers import Alertd, wait_for
+from service_helpers import Alertd, fill_disk, tmpfs, wait_for
 
 from alertd.testing.receiver import Receiver
 
@@ -120,26 +120,6 @@ def test_a_locked_database_alerting_goes_on_from_memory_and_state_not_saved_fire
     assert sorted(firing) == ["a", "b"]
 
 
-@contextlib.contextmanager
-def _tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def _fill(directory: Path) -> Path:
-    """Write zeros until the file system is full; the file that holds them."""
-    filler = directory / "filler"
-    with contextlib.suppress(OSError), filler.open("wb") as f:
-        while True:
-            f.write(b"\0" * 4096)
-            f.flush()
-    return filler
-
-
 @root_only
 def test_a_full_disk_alerting_goes_on_from_memory_and_the_state_is_written_once_there_is_room(
     tmp_path: Path,
@@ -147,11 +127,11 @@ def test_a_full_disk_alerting_goes_on_from_memory_and_the_state_is_written_once_
     samples = tmp_path / "samples.jsonl"
     samples.touch()
     receiver = Receiver()
-    with _tmpfs(tmp_path / "full", "1m") as mnt:
+    with tmpfs(tmp_path / "full", "1m") as mnt:
         alertd = Alertd(_rules(tmp_path, samples, receiver.url), mnt)
         try:
             alertd.wait_log("alertd started")
-            filler = _fill(mnt)
+            filler = fill_disk(mnt)
             runs = []
             for i in range(60):  # new alerts to write, until a write finds the disk full
                 runs.append(f"r{i}")
