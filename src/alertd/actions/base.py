@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from alertd.dispatch.announce import ActionReport
-from alertd.model import Notification
+from alertd.model import Notification, Transition, TransitionKind
 
 ACTED_MAX = 10_000
 """Firings remembered per notifier; the oldest are forgotten first."""
@@ -47,6 +47,20 @@ class Firings:
 
     def __contains__(self, key: object) -> bool:
         return key in self._seen
+
+    def fresh(self, notification: Notification, log: logging.Logger | None = None, what: str = "") -> list[Transition]:
+        """The alerts of `notification` newly firing: firing, and not acted on yet. With `log`, each one already
+        acted on is logged there as such, by `what` (`kill k8s`)."""
+        out = []
+        for alert in notification.alerts:
+            if alert.state is not TransitionKind.FIRING:
+                continue
+            if alert.firing_id in self._seen:
+                if log is not None:
+                    log.info("%s: already acted on %s (%s), nothing to do", what, alert.rule, alert.fingerprint)
+                continue
+            out.append(alert)
+        return out
 
     def add(self, key: tuple[str, float]) -> None:
         self._seen[key] = None

@@ -30,7 +30,7 @@ from alertd.actions.config import LrScaleConfig, SaveConfig, SkipStepConfig
 from alertd.actions.stop_file import StopFileNotifier
 from alertd.errors import NotifyError
 from alertd.integrations import commands
-from alertd.model import Notification, Transition, TransitionKind, format_time, format_value
+from alertd.model import Notification, Transition, format_time, format_value
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,7 @@ class InProcessNotifier:
         """Write the command of each newly firing alert; a refusal is reported, a file-system error that may pass
         is raised after the rest (the delivery is retried)."""
         failure: NotifyError | None = None
-        for alert in notification.alerts:
-            if alert.state is not TransitionKind.FIRING or alert.firing_id in self._acted:
-                continue
+        for alert in self._acted.fresh(notification):
             base = CommandReport(self.cfg.type, self.name, alert.fingerprint, alert.rule, stamp=f"{alert.since:.3f}")
             try:
                 async with self._lock:

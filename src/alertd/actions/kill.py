@@ -75,7 +75,7 @@ from alertd.actions.stop_file import StopFileNotifier
 from alertd.actions.targets import ChildLookup, ClaimsLookup, ProcessTargets, WriterLookup
 from alertd.clock import Clock, SystemClock
 from alertd.errors import NotifyError
-from alertd.model import Notification, Transition, TransitionKind, format_time
+from alertd.model import Notification, Transition, format_time
 
 log = logging.getLogger(__name__)
 
@@ -219,14 +219,8 @@ class KillNotifier:
         if self._closed:
             raise NotifyError(f"kill notifier {self.name} is closed", recoverable=False)
         failure: Exception | None = None
-        for alert in notification.alerts:
-            if alert.state is not TransitionKind.FIRING:
-                continue
-            key = alert.firing_id
-            if key in self._acted:
-                log.info("kill %s: already acted on %s (%s), nothing to do", self.name, alert.rule, key[0])
-                continue
-            self._acted.add(key)
+        for alert in self._acted.fresh(notification, log, f"kill {self.name}"):
+            self._acted.add(alert.firing_id)
             try:
                 await self._act(alert)
             except Exception as e:  # a bug or an unreadable /proc: not worth a retry

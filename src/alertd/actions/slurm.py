@@ -45,7 +45,7 @@ from alertd.actions.config import SlurmNotifierConfig
 from alertd.actions.kill import SentSignal
 from alertd.actions.targets import ClaimsLookup, SlurmJobTargets, WriterLookup
 from alertd.errors import NotifyError
-from alertd.model import Notification, TransitionKind, format_time
+from alertd.model import Notification, format_time
 from alertd.runs.procfs import Procfs
 from alertd.runs.slurmjobs import Job, JobsError, parse_jobs
 from alertd.subproc import run_program
@@ -141,13 +141,8 @@ class SlurmNotifier:
         """Act on each alert of `notification` that newly fires; refusals are reported, not raised."""
         if self._closed:
             raise NotifyError(f"slurm notifier {self.name} is closed", recoverable=False)
-        for alert in notification.alerts:
-            if alert.state is not TransitionKind.FIRING:
-                continue
+        for alert in self._acted.fresh(notification, log, f"slurm {self.name}"):
             key = alert.firing_id
-            if key in self._acted:
-                log.info("slurm %s: already acted on %s (%s), nothing to do", self.name, alert.rule, key[0])
-                continue
             base = SlurmReport(self.name, alert.fingerprint, alert.rule, "", stamp=f"{alert.since:.3f}")
             try:
                 job, how = await asyncio.to_thread(self._jobs.attribute, alert)

@@ -29,7 +29,7 @@ from typing import ClassVar
 from alertd.actions.base import Firings, Reports
 from alertd.actions.config import StopFileConfig
 from alertd.errors import NotifyError
-from alertd.model import Notification, Transition, TransitionKind, format_time, format_value
+from alertd.model import Notification, Transition, format_time, format_value
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +73,8 @@ class StopFileNotifier:
         """Write the stop file of each newly firing alert; a refusal is reported, a file-system error that may
         pass (a full disk) is raised after the rest (the delivery is retried)."""
         failure: NotifyError | None = None
-        for alert in notification.alerts:
-            if alert.state is not TransitionKind.FIRING:
-                continue
+        for alert in self._acted.fresh(notification):
             key = alert.firing_id
-            if key in self._acted:
-                continue
             base = StopFileReport(self.name, alert.fingerprint, alert.rule, stamp=f"{alert.since:.3f}")
             try:
                 path = await self.create(alert)

@@ -37,7 +37,7 @@ from alertd import __version__ as _version
 from alertd.actions.base import Firings, Reports
 from alertd.actions.config import WandbStopConfig
 from alertd.errors import NotifyError
-from alertd.model import Notification, TransitionKind
+from alertd.model import Notification
 
 log = logging.getLogger(__name__)
 
@@ -124,13 +124,8 @@ class WandbStopNotifier:
 
     async def send(self, notification: Notification) -> None:
         """Stop the run of each alert of `notification` that newly fires; refusals are reported, not raised."""
-        for alert in notification.alerts:
-            if alert.state is not TransitionKind.FIRING:
-                continue
+        for alert in self._acted.fresh(notification, log, f"wandb_stop {self.name}"):
             key = alert.firing_id
-            if key in self._acted:
-                log.info("wandb_stop %s: already acted on %s (%s), nothing to do", self.name, alert.rule, key[0])
-                continue
             run = dict(alert.labels).get("run", "")
             base = WandbStopReport(self.name, alert.fingerprint, alert.rule, run, stamp=f"{alert.since:.3f}")
             try:
