@@ -32,7 +32,6 @@ from alertd.notify.base import Notifier
 from alertd.rules.carry import carry_over
 from alertd.rules.evaluate import PairKey, RuleSet
 from alertd.runs.tracker import RunTracker
-from alertd.runs.writers import WriterRegistry
 from alertd.service.child import ChildRun
 from alertd.service.delivery import Deliveries
 from alertd.service.engine import Engine, log, log_evaluation, log_restarts, log_warnings
@@ -135,11 +134,6 @@ class Service:
     def outbox(self) -> Outbox:
         """The outbox."""
         return self.state.outbox
-
-    @property
-    def writer_registry(self) -> WriterRegistry:
-        """The verified writers."""
-        return self.writer_checks.registry
 
     # building and reloading
 
