@@ -24,6 +24,7 @@ from alertd.durations import format_duration
 from alertd.errors import ConfigError
 from alertd.integrations.ledger import last_good
 from alertd.integrations.resume import ATTEMPT_ENV, CHECKPOINTS_ENV, RESUME_ENV
+from alertd.integrations.stop import DEFAULT_STOP_NAME, STOP_FILE_ENV
 from alertd.logs import setup_logging
 from alertd.model import Sample
 from alertd.runs.procfs import Procfs
@@ -82,7 +83,7 @@ def run_exec(
     service: Service | None = None
     for directory in [Path(explicit)] if explicit else _exec_state_dirs(name):
         if stop:  # the stop file the child's callbacks will look for: its own (absolute), else in the state
-            stop_file = own if os.path.isabs(own) else str((directory / STOP_FILE_NAME).absolute())
+            stop_file = own if os.path.isabs(own) else str((directory / DEFAULT_STOP_NAME).absolute())
         amend = (lambda config, path=stop_file: with_exec_stop(config, path)) if stop_file else None
         try:
             service = Service(paths, console=sys.stderr, exec_mode=True, state=directory, amend=amend)
@@ -144,9 +145,6 @@ class RestartOverrides:
         return new if new.max_restarts > 0 else None
 
 
-STOP_FILE_NAME = "ALERTD_STOP"
-STOP_FILE_ENV = "ALERTD_STOP_FILE"
-"""The stop file alertd's training callbacks look for (`alertd.integrations.stop`)."""
 EXEC_STATE_DIRS = 9
 """State directories `alertd exec` tries per run name: `<run>`, then `<run>.2` ... `<run>.9`."""
 
