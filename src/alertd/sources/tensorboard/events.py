@@ -257,7 +257,14 @@ class EventDecoder:
 
     @staticmethod
     def _emit(rows: np.ndarray, plan: _Plan, out: list[Sample]) -> None:
-        """Append the samples of `rows` (payloads that fit `plan`), row by row and value by value."""
+        """Append the samples of `rows` (payloads that fit `plan`), row by row and value by value. A signalling
+        NaN among the values is a value like any other (kept as NaN, as the payload-by-payload decoder keeps it):
+        numpy's "invalid value in cast" about it is no warning here."""
+        with np.errstate(invalid="ignore"):
+            EventDecoder._emit_rows(rows, plan, out)
+
+    @staticmethod
+    def _emit_rows(rows: np.ndarray, plan: _Plan, out: list[Sample]) -> None:
         k, size = rows.shape
         buf = rows.data
         walls = np.ndarray((k,), "<f8", buf, plan.wall, (size,)).tolist() if plan.wall >= 0 else [0.0] * k
