@@ -148,7 +148,9 @@ def test_40000_metrics_of_one_run_in_one_read(tmp_path: Path, storms: list[Storm
         json.dumps({"metric": f"storm{i}", "labels": {"run": "r"}, "time": now, "step": 1, "value": 1.0})
         for i in range(40_000)
     )
-    path.write_text("\n".join(lines) + "\n")
+    whole = tmp_path / "storm.tmp"  # written aside and renamed in: the source sees all 40,000 lines in one read
+    whole.write_text("\n".join(lines) + "\n")
+    whole.replace(path)
     wait_for(lambda: s.source("storm")["samples"], "the storm's read", 30, s.alertd)
     s.canary_alerted_within(s.canary_nan())
     error = wait_for(lambda: s.source("storm")["lastError"], "the storm source's error", 30, s.alertd)
