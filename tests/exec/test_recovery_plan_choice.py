@@ -22,10 +22,10 @@ EVERY_10 = ledger((10, True, 10.0), (20, True, 20.0), (30, True, 30.0), (40, Fal
 ON_DISK = {"/out/checkpoint-10", "/out/checkpoint-20", "/out/checkpoint-30"}
 
 
-def plan(policy: RecoverPolicy, incident: Incident, history: History = History(), **kw: Any) -> Plan | NoPlan:
+def plan(policy: RecoverPolicy, incident: Incident, history: History | None = None, **kw: Any) -> Plan | NoPlan:
     entries = kw.pop("entries", EVERY_10)
     disk = kw.pop("disk", ON_DISK)
-    return decide(policy, history, incident, entries, lambda p: p in disk, **kw)
+    return decide(policy, history or History(), incident, entries, lambda p: p in disk, **kw)
 
 
 NAN_AT_40 = Incident("loss_not_finite", 40, 41.0, 1, "NaN")
