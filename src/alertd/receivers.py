@@ -41,6 +41,7 @@ NOTIFIERS: dict[str, str] = {
     "lr_scale": "alertd.actions.inprocess:InProcessNotifier",
     "skip_step": "alertd.actions.inprocess:InProcessNotifier",
     "save": "alertd.actions.inprocess:InProcessNotifier",
+    "recover": "alertd.actions.recover:RecoverNotifier",
 }
 
 

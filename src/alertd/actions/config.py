@@ -1,5 +1,5 @@
 """The rules-file models of the actions: the notifiers that act on a training run (`kill`, `stop_file`,
-`wandb_stop`, `slurm`, and the in-process `lr_scale`, `skip_step`, `save`) rather than tell people."""
+`wandb_stop`, `slurm`, the in-process `lr_scale`, `skip_step`, `save`, and `recover`) rather than tell people."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from alertd.runs.recovery import RecoverPolicy
 from alertd.schema.secretfiles import secrets_from_files
 from alertd.schema.types import Duration, Strict
 from alertd.userregex import compile_user_regex
@@ -269,13 +270,66 @@ class SaveConfig(CommandConfig):
     type: Literal["save"]
 
 
-ACTION_TYPES = ("kill", "stop_file", "wandb_stop", "slurm", "lr_scale", "skip_step", "save")
+_EVENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
+
+
+class RecoverConfig(Strict):
+    """Rolls the run back and goes on (`alertd.runs.recovery`): on an alert from alertd exec's child, stop it
+    without a poisoned save, choose the newest checkpoint of the ledger with finite weights at least `rollback`
+    steps before the incident, write the recovery plan next to it (updates to skip: `skip` after the checkpoint,
+    else through the step after the incident's; the LR times `lr_scale`), and start the same command again,
+    `backoff` after it ended. At most `max_attempts` recoveries; the next incident, or one whose attempt's
+    output showed an event of `give_up_on`, stops the run for good and is reported (the page). `checkpoints`:
+    the ledger's directory (default: `exec: {checkpoints}`, else where the child's callbacks said it is). The
+    stop: the stop file at once, SIGINT `wait` later if the child still runs, SIGTERM `grace` after that."""
+
+    type: Literal["recover"]
+    rollback: int = Field(default=0, ge=0)
+    skip: int | None = Field(default=None, ge=0)
+    lr_scale: float = Field(default=0.5, gt=0, le=1, allow_inf_nan=False)
+    max_attempts: int = Field(default=3, ge=1, le=1000)
+    backoff: Duration = Field(default=0.0, ge=0)
+    give_up_on: list[str] = Field(default_factory=lambda: ["cuda_oom"])
+    near: int | None = Field(default=None, ge=0)
+    checkpoints: str | None = Field(default=None, min_length=1)
+    wait: Duration = Field(default=10.0, ge=0)
+    grace: Duration = Field(default=300.0, ge=0)
+
+    @field_validator("give_up_on")
+    @classmethod
+    def _events(cls, events: list[str]) -> list[str]:
+        wrong = [e for e in events if not _EVENT_NAME.fullmatch(e)]
+        if wrong:
+            raise ValueError(f"{wrong[0][:60]!r} is not an event name (cuda_oom, nccl_timeout, traceback, ...)")
+        return events
+
+    def policy(self) -> RecoverPolicy:
+        """The pure policy."""
+        return RecoverPolicy(
+            self.rollback,
+            self.skip,
+            self.lr_scale,
+            self.max_attempts,
+            self.backoff,
+            frozenset(self.give_up_on),
+            self.near,
+        )
+
+
+ACTION_TYPES = ("kill", "stop_file", "wandb_stop", "slurm", "lr_scale", "skip_step", "save", "recover")
 """Notifier types that act on the training run rather than tell people. Each firing reaches them at once and
 alone (`alertd.dispatch.plan`'s immediate receivers); what they did is announced to the alert's other
 receivers, never to these."""
 
 ActionConfig = (
-    KillConfig | StopFileConfig | WandbStopConfig | SlurmNotifierConfig | LrScaleConfig | SkipStepConfig | SaveConfig
+    KillConfig
+    | StopFileConfig
+    | WandbStopConfig
+    | SlurmNotifierConfig
+    | LrScaleConfig
+    | SkipStepConfig
+    | SaveConfig
+    | RecoverConfig
 )
 """The actions' configurations (`notifiers:` entries of types kill, stop_file, wandb_stop, slurm, lr_scale,
 skip_step and save)."""

@@ -13,6 +13,9 @@ while its writer lives or is unknown) or `ended` with a reason:
   how; in a replay, a run that announced its start (`run.started`: W&B files, alertd's callbacks) and
   whose data ends with no end marker.
 
+Under alertd exec with a `recover` notifier, a run stopped to be started again from a checkpoint is
+`recovering` (in `GET /api/v1/runs`; `recovery` says its attempt and plan) until the next attempt starts.
+
 A run whose writer process is gone with nothing saying how (it closed its files and exited, or it was
 only ever known from a file name: torch's `SummaryWriter` holds no file open) ended for an unknown
 reason (`reason` label `unknown`): it is then neither stalled nor said to be done. A process that exited
@@ -84,6 +87,10 @@ class RunState(enum.Enum):
     ENDED = "ended"
 
 
+RECOVERING = "recovering"
+"""The state `GET /api/v1/runs` gives an ended run that alertd exec is about to start again (`recover`)."""
+
+
 class EndReason(enum.Enum):
     """How a run ended."""
 
@@ -128,7 +135,15 @@ class Run:
     last_time: float = -math.inf
     ended_at: float | None = None
     writer: Writer | None = None
+    recovery: dict[str, object] | None = None
+    """alertd exec's recovery of it: `attempt` (the attempt running or planned), `plan` (in words),
+    `recovering` (stopped, to start again as the plan says)."""
     _crashed: bool = field(default=False, repr=False)
+
+    @property
+    def recovering(self) -> bool:
+        """Ended, to be started again by a recovery (`recover` under alertd exec): the run's state `recovering`."""
+        return self.state is RunState.ENDED and self.recovery is not None and bool(self.recovery.get("recovering"))
 
     @property
     def labels(self) -> Labels:
@@ -141,8 +156,9 @@ class Run:
         return {
             "source": self.source,
             "run": self.run,
-            "state": self.state.value,
+            "state": RECOVERING if self.recovering else self.state.value,
             "reason": self.reason.value if self.reason else ("unknown" if self.state is RunState.ENDED else None),
+            "recovery": self.recovery,
             "exit_code": self.exit_code,
             "writer": None
             if w is None
@@ -256,6 +272,11 @@ class RunTracker:
         r.exit_code = status
         self._end(r, reason, now, out, say_finished=r.state is not RunState.ENDED)
         return out
+
+    def recovering(self, source: str, run: str, attempt: int, plan: str) -> None:
+        """alertd exec stopped the run to start it again as `plan` says, as attempt `attempt`: `recovering` until
+        then (it has ended: `exited` first)."""
+        self._run(source, run).recovery = {"attempt": attempt, "plan": plan, "recovering": True}
 
     def started_again(self, source: str, run: str, now: float) -> list[Sample]:
         """The run's process is started again (alertd exec's restart): a new episode, as when an ended run writes
@@ -510,6 +531,8 @@ class RunTracker:
         out.append(Sample(SeriesKey(FINISHED, run.labels), t, run.last_step, 0.0))
         run.state, run.reason, run.exit_code, run.ended_at = RunState.RUNNING, None, None, None
         run._crashed = run.stop_requested = False
+        if run.recovery is not None:
+            run.recovery = {**run.recovery, "recovering": False}
 
     def _end_sample(self, run: Run, t: float, value: float = 1.0) -> Sample:
         extra = {"reason": run.reason.value if run.reason else "unknown"}

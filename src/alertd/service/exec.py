@@ -23,6 +23,7 @@ from alertd.dispatch.outbox import STATE_DIR_ENV, StateDirError, StateDirLocked
 from alertd.durations import format_duration
 from alertd.errors import ConfigError
 from alertd.integrations.ledger import last_good
+from alertd.integrations.plan import PLAN_ENV, PLAN_NAME, RUN_INFO_ENV
 from alertd.integrations.resume import ATTEMPT_ENV, CHECKPOINTS_ENV, RESUME_ENV
 from alertd.integrations.stop import DEFAULT_STOP_NAME, STOP_FILE_ENV
 from alertd.logs import setup_logging
@@ -33,6 +34,7 @@ from alertd.service.child import ChildRun
 from alertd.service.engine import log
 from alertd.service.exec_stop import with_exec_stop
 from alertd.service.main import serve, token_problem
+from alertd.service.recovery import RUN_INFO_NAME, ExecRecovery, Pending
 from alertd.service.service import Service
 from alertd.sources.textlog.stream import EVENT
 
@@ -105,7 +107,12 @@ def run_exec(
     if service is None:
         log.error("alertd exec: every state directory for run %s is in use: give one with --state-dir DIR", name)
         return 2
+    recovering = any(cfg.type == "recover" for cfg in service.config.notifiers.values())
+    if recovering and stop_file is None:  # recover stops the child through its callbacks first
+        stop_file = own if os.path.isabs(own) else str((service.state_dir / DEFAULT_STOP_NAME).absolute())
     env = {}
+    if recovering:
+        env[RUN_INFO_ENV] = str((service.state_dir / RUN_INFO_NAME).absolute())
     if stop_file is not None and stop_file != own:
         env[STOP_FILE_ENV] = stop_file
         with contextlib.suppress(FileNotFoundError):
@@ -115,7 +122,7 @@ def run_exec(
     ledger = checkpoints or service.config.checkpoints
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, EXEC_SIGNALS)
     try:
-        status = asyncio.run(_exec_main(service, list(argv), name, listen, env, policy, ledger, stop_file))
+        status = asyncio.run(_exec_main(service, list(argv), name, listen, env, policy, ledger, stop_file, recovering))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
     if status is None:
@@ -174,6 +181,7 @@ async def _exec_main(
     restart: RestartPolicy | None = None,
     checkpoints: str | None = None,
     stop_file: str | None = None,
+    recovering: bool = False,
 ) -> int | None:
     loop = asyncio.get_running_loop()
     main = asyncio.create_task(serve(service, listen, handle_signals=False))
@@ -189,7 +197,10 @@ async def _exec_main(
     if checkpoints is not None:
         env[CHECKPOINTS_ENV] = os.path.abspath(checkpoints)
     _earlier_run_ended(service, "exec", run)  # restored alerts of an earlier child: that run is over
-    attempt, status, forwarding = 1, None, False
+    recovery = _recovery(service, run, sup, checkpoints, stop_file, env) if recovering else None
+    nexts = _Next(service, sup, woken, run, restart, recovery, env, checkpoints)
+    attempt, pending = nexts.first()
+    status, forwarding = None, False
     while True:
         events: set[str] = set()
 
@@ -198,7 +209,7 @@ async def _exec_main(
             loop.call_soon_threadsafe(lambda: service.ingest(samples, service.clock.now()))
 
         labels = {}
-        if restart is not None:
+        if restart is not None or recovery is not None:
             labels["attempt"] = env[ATTEMPT_ENV] = str(attempt)
         child = ChildRun(argv, run=run, on_samples=deliver, env=env, labels=labels)
         sup.signalled, reports = None, len(acted)
@@ -216,6 +227,8 @@ async def _exec_main(
             threading.Thread(target=_forward_signals, args=(sup,), name="exec-signals", daemon=True).start()
             forwarding = True
         log.info("alertd exec: started %s (pid %d) as run %s%s", argv[0], pid, run, _nth(attempt, restart))
+        if recovery is not None:
+            recovery.started(attempt, events, pending)
         status = await loop.run_in_executor(None, child.wait)
         sup.child = None
         log.info("alertd exec: %s (pid %d) exited with status %d", argv[0], pid, status)
@@ -223,18 +236,18 @@ async def _exec_main(
         stop_asked = _stop_asked(service, child.source, run)
         service.evaluate_with(service.engine.runs.exited(child.source, run, status, now), now)  # its end, at once
         await service.deliveries.drain(list(service.notifiers.values()), EXEC_DRAIN)  # actions report the end
-        if restart is None:
-            break
         stopped = stop_asked or len(acted) > reports or (stop_file is not None and os.path.exists(stop_file))
         end = AttemptEnd(status, sup.signalled is not None, stopped, frozenset(events))
-        nxt = await _backoff(service, sup, woken, restart.decide(end, attempt, service.clock.now()), run, status)
+        nxt = await nexts.after(end, attempt)
         if nxt is None:
             break
-        _resume_env(env, checkpoints)
-        attempt = nxt
+        attempt, pending = nxt
         now = service.clock.now()
         service.evaluate_with(service.engine.runs.started_again(child.source, run, now), now)  # a new episode
     sup.wake = lambda: None
+    if recovery is not None:
+        await recovery.aclose()
+        recovery.finished()  # the run is over (finished, given up, interrupted): its record goes
     receivers = list(service.notifiers.values())
     try:
         service.deliveries.flush_groups()  # alertd ends with its child: what waits in a group is told now
@@ -244,6 +257,59 @@ async def _exec_main(
     service.stop()
     await main
     return status
+
+
+class _Next:
+    """Which attempt comes next: the one a recovery planned (`recover`), else the one the restart policy allows."""
+
+    def __init__(
+        self,
+        service: Service,
+        sup: _Supervision,
+        woken: asyncio.Event,
+        run: str,
+        restart: RestartPolicy | None,
+        recovery: ExecRecovery | None,
+        env: dict[str, str],
+        checkpoints: str | None,
+    ) -> None:
+        self.service, self.sup, self.woken, self.run = service, sup, woken, run
+        self.restart, self.recovery, self.env, self.checkpoints = restart, recovery, env, checkpoints
+
+    def first(self) -> tuple[int, Pending | None]:
+        """The first attempt of this alertd exec: 1, unless an earlier one SIGKILLed left a recovery under way
+        (the attempt it planned, once; or the one after the attempt that ran)."""
+        recovery = self.recovery
+        if recovery is None:
+            return 1, None
+        pending = recovery.take_pending()
+        if pending is not None:
+            return _plan_env(self.env, pending), pending
+        if recovery.attempt > 1:
+            _resume_env(self.env, recovery.last_ledger())
+            return recovery.attempt + 1, None
+        return 1, None
+
+    async def after(self, end: AttemptEnd, attempt: int) -> tuple[int, Pending | None] | None:
+        """The attempt to start after `attempt` ended as `end` says, once its backoff passed; None: none."""
+        service, recovery = self.service, self.recovery
+        pending = recovery.take_pending() if recovery is not None else None
+        if pending is not None:
+            plan = pending.plan
+            service.engine.runs.recovering("exec", self.run, plan.attempt, plan.describe())
+            at = service.clock.now() + pending.backoff
+            decision = Decision(True, "stopped", f"recover: {plan.describe()}", plan.attempt, at)
+            if await _backoff(service, self.sup, self.woken, decision, self.run, end.status) is None:
+                return None
+            return _plan_env(self.env, pending), pending
+        if self.restart is None or (recovery is not None and recovery.gave_up):
+            return None
+        decision = self.restart.decide(end, attempt, service.clock.now())
+        nxt = await _backoff(service, self.sup, self.woken, decision, self.run, end.status)
+        if nxt is None:
+            return None
+        _resume_env(self.env, self.checkpoints)
+        return nxt, None
 
 
 async def _backoff(
@@ -318,6 +384,38 @@ def _resume_env(env: dict[str, str], checkpoints: str | None) -> None:
         return
     env[RESUME_ENV] = str(entry["path"])
     log.warning("alertd exec: the next attempt resumes from %s (step %s)", entry["path"], entry.get("step"))
+
+
+def _recovery(
+    service: Service, run: str, sup: _Supervision, checkpoints: str | None, stop_file: str | None, env: dict[str, str]
+) -> ExecRecovery:
+    """The supervisor of the `recover` notifiers, its record in the state directory."""
+
+    def commit(key: str, value: str | None) -> None:
+        try:
+            service.state.save_record(key, value, service.engine, service.sources)
+        except sqlite3.Error as exc:
+            service.state_failed(exc)
+
+    recovery = ExecRecovery(
+        run,
+        lambda: sup.child,
+        commit,
+        service.state.record,
+        checkpoints=checkpoints,
+        stop_file=stop_file,
+        run_info=env.get(RUN_INFO_ENV),
+    )
+    service.recovery = recovery
+    return recovery
+
+
+def _plan_env(env: dict[str, str], pending: Pending) -> int:
+    """The next attempt's environment as `pending`'s plan says; its attempt."""
+    env[PLAN_ENV] = os.path.join(pending.ledger_dir, PLAN_NAME)
+    env[RESUME_ENV] = pending.plan.checkpoint
+    env[CHECKPOINTS_ENV] = pending.ledger_dir
+    return pending.plan.attempt
 
 
 def _earlier_run_ended(service: Service, source: str, run: str) -> None:

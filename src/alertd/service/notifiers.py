@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from alertd.actions.config import ACTION_TYPES, KillConfig, SlurmNotifierConfig
+from alertd.actions.config import ACTION_TYPES, KillConfig, RecoverConfig, SlurmNotifierConfig
+from alertd.actions.recover import Supervisor
 from alertd.clock import Clock
 from alertd.config import Config
 from alertd.dispatch.announce import ActionReport, announcements
@@ -24,6 +25,7 @@ class Notifiers:
     """The notifiers of the configuration in force, by name.
 
     `exec_mode`: a `kill` without a `target` acts on alertd exec's child (`child()`: its pid and start time).
+    `supervisor()`: what restarts the run for a `recover` (alertd exec's), None when nothing can.
     `report(report)` is what the service does with an action's report (`announce`).
     """
 
@@ -34,8 +36,10 @@ class Notifiers:
         *,
         exec_mode: bool = False,
         console: TextIO | None = None,
+        supervisor: Callable[[], Supervisor | None] | None = None,
     ) -> None:
         self.writers = writers
+        self._supervisor = supervisor
         self._child = child
         self.exec_mode = exec_mode
         self.console = console
@@ -84,6 +88,8 @@ class Notifiers:
             kwargs["writers"] = self.writers.writer  # the job id from the verified writer's environment
             kwargs["claims"] = self.writers.claims  # ... when the alert's data is the writer's own
             kwargs["slurm_sources"] = self._slurm_sources  # the only sources whose slurm_job_id label counts
+        elif isinstance(cfg, RecoverConfig):
+            kwargs["supervisor"] = self._supervisor  # alertd exec's, which restarts its child
         elif isinstance(cfg, LogConfig) and self.console is not None:
             kwargs["stream"] = self.console
         if cfg.type in ACTION_TYPES:  # every action reports what it did

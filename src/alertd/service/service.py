@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from alertd.actions.recover import Supervisor
 from alertd.buffer import SeriesBuffer
 from alertd.clock import Clock, SystemClock
 from alertd.config import Config, load_config
@@ -79,7 +80,15 @@ class Service:
         self.state = StateKeeper(self.state_dir, self.clock, self.runner.busy)  # StateDirError
         self.writer_checks = WriterChecks(self.runner.busy)
         self.child: ChildRun | None = None
-        self.receivers = Notifiers(self.writer_checks.registry, self._child, exec_mode=exec_mode, console=console)
+        self.recovery: Supervisor | None = None
+        """alertd exec's supervisor of the `recover` notifiers (`alertd.service.recovery`); None otherwise."""
+        self.receivers = Notifiers(
+            self.writer_checks.registry,
+            self._child,
+            exec_mode=exec_mode,
+            console=console,
+            supervisor=lambda: self.recovery,
+        )
         self.receivers.report = self._announce
         self.deliveries = Deliveries(self._alerts, self.clock.now)
         self.scheduler: AsyncIOScheduler | None = None

@@ -30,6 +30,8 @@ from alertd.sources.base import Resumable, Source
 STATE_SAVED = "alertd.state.saved"
 """1 while the state directory takes every commit, 0 while it can't be written and alerting goes on from memory
 (appended when it changes; the series appears with the first failure): the default rule state_not_saved."""
+RECORD = "record:"
+"""The prefix of the keys of `save_record` in the meta table."""
 SAVE_EVERY = 10.0
 """Seconds between two commits of the alert states and cursors when no evaluation made a transition (one
 that did is committed at once, with what it planned and the cursor of the source whose samples made it)."""
@@ -160,6 +162,26 @@ class StateKeeper:
         """Commit the alert states and source cursors now (no plan: nothing new is due)."""
         self.outbox.commit_plan((), {}, also=self.writer(engine, sources))
         self.saved()
+
+    def save_record(self, key: str, value: str | None, engine: Engine, sources: Mapping[str, Source]) -> None:
+        """Commit `value` under `key` (None: delete it) in the same transaction as the alert states and cursors:
+        what a recovery decided is never saved without the alert state that made it, nor the other way round."""
+        write = self.writer(engine, sources)
+
+        def both(db: sqlite3.Connection) -> None:
+            write(db)
+            if value is None:
+                db.execute("DELETE FROM meta WHERE key = ?", (RECORD + key,))
+            else:
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (RECORD + key, value))
+
+        self.outbox.commit_plan((), {}, also=both)
+        self.saved()
+
+    def record(self, key: str) -> str | None:
+        """The value committed under `key`, or None."""
+        row = self.store.db.execute("SELECT value FROM meta WHERE key = ?", (RECORD + key,)).fetchone()
+        return str(row[0]) if row is not None else None
 
     def saved(self) -> None:
         """After a commit: the state store remembers what it wrote; where the directory could not take it (the
