@@ -10,11 +10,18 @@ Framework-free; the HF and Lightning callbacks and `alertd.integrations.torchloo
   dropped (`drop_update`: every gradient of the optimizers set to None, so no torch optimizer moves a weight or
   its state), a checkpoint saved (only with finite weights: `alertd.integrations.finite`), the run stopped.
 
-`judge()` says, just before an update, whether to drop it: a `skip_step` command, or the `Guard` (off unless
-given). Each command is acknowledged to alertd (`Inbox.acknowledge`) and recorded in the samples file: metric
-`alertd.action` = 1 (labels `action`, `command`, `outcome`: applied or refused), `train/lr` after a `lr_scale`
-(the first param group's new LR), `train/step_skipped` = 1 at each dropped update (labels `reason`: command or
-guard, and `why`).
+At the start of training, `recover()` applies alertd's recovery plan (`alertd.integrations.plan`), once the
+framework restored the optimizer and scheduler state, if training really started at the plan's checkpoint step
+(else it is refused: acknowledged `applied: false`, a WARNING, nothing skipped): every LR is multiplied by its
+`lr_factor` (`scale_lrs`, the same code as `lr_scale`'s), `train/lr` (label reason=recover) and `alertd.recovery` =
+the attempt (labels `attempt`, `checkpoint`: its base name) are recorded, and `alertd-recovery.ack.json` written
+(old_lr, new_lr, resumed_step, skip, lr_factor). `planned(update)` then names the updates the plan drops.
+
+`judge()` says, just before an update, whether to drop it: the recovery plan ("recovery attempt N"), a `skip_step`
+command, or the `Guard` (off unless given). Each command is acknowledged to alertd (`Inbox.acknowledge`) and
+recorded in the samples file: metric `alertd.action` = 1 (labels `action`, `command`, `outcome`: applied or
+refused), `train/lr` after a `lr_scale` (the first param group's new LR), `train/step_skipped` = 1 at each dropped
+update (labels `reason`: plan, command or guard, and `why`).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Any
 
 from alertd.integrations.commands import COMMANDS_DIR_ENV, DEFAULT_COMMANDS_NAME, Command, Inbox
 from alertd.integrations.guard import Guard
+from alertd.integrations.plan import RecoveryPlan, acknowledge, skips
 from alertd.integrations.recorder import RunRecorder, resolve
 
 log = logging.getLogger("alertd.integrations")
@@ -34,6 +42,8 @@ log = logging.getLogger("alertd.integrations")
 ACTION = "alertd.action"
 LR = "train/lr"
 STEP_SKIPPED = "train/step_skipped"
+RECOVERY = "alertd.recovery"
+PLANNED = "recovery attempt "
 
 
 @dataclass
@@ -55,6 +65,8 @@ class Steering:
         self.inbox: Inbox | None = None
         self.recorder: RunRecorder | None = None
         self._skip: list[Command] = []
+        self.plan: RecoveryPlan | None = None
+        """The recovery plan applied at this training start (`recover`), or None."""
 
     def start(self, base_dir: str | os.PathLike[str], recorder: RunRecorder) -> None:
         """Training begins in `base_dir`: the commands directory is `commands_dir`, `$ALERTD_COMMANDS_DIR` or
@@ -64,6 +76,7 @@ class Steering:
         self.inbox.prepare()
         self.recorder = recorder
         self._skip = []
+        self.plan = None
 
     def boundary(self, step: int, optimizers: Iterable[Any], schedulers: Iterable[Any]) -> Orders:
         """Take the new commands at the boundary after `step`: apply `lr_scale`, acknowledge refusals, return the
@@ -88,8 +101,12 @@ class Steering:
         """Whether `judge` may drop the coming update (a guard, or a `skip_step` command waiting)."""
         return self.guard is not None or bool(self._skip)
 
-    def judge(self, step: int, loss: float | None, grad_norm: float | None) -> str | None:
-        """Whether to drop the update of `step` (about to happen): why ("command", or the guard's reason), or None."""
+    def judge(self, step: int, loss: float | None, grad_norm: float | None, update: int | None = None) -> str | None:
+        """Whether to drop the update of `step` (about to happen; its update number `update`, default `step`): why
+        ("recovery attempt N" for a planned one, "command", or the guard's reason), or None."""
+        planned = self.planned(step if update is None else update)
+        if planned is not None:
+            return planned
         why = self.guard.judge(step, loss=loss, grad_norm=grad_norm) if self.guard is not None else None
         if self._skip:
             return "command"
@@ -98,7 +115,7 @@ class Steering:
     def skipped(self, step: int, why: str, optimizers: Iterable[Any]) -> None:
         """Drop the update of `step` (`judge` said `why`), record it, acknowledge the skip_step commands."""
         drop_update(optimizers)
-        reason = "command" if why == "command" else "guard"
+        reason = "command" if why == "command" else "plan" if why.startswith(PLANNED) else "guard"
         log.warning("alertd: step %d: update skipped (%s)", step, why)
         self._write(STEP_SKIPPED, 1.0, step, {"reason": reason, "why": why[:200]})
         for command in self._skip:
@@ -123,24 +140,77 @@ class Steering:
         if not groups:
             self.refuse(command, step, "no optimizer to change")
             return
-        old = float(groups[0]["lr"])
         if not any(float(g["lr"]) > min_lr for g in groups):
             self.refuse(command, step, f"the LR is already at or below min_lr {min_lr:g}")
             return
-        for group in groups:
-            for key in ("lr", "initial_lr"):
-                if key in group:
-                    group[key] = scaled(float(group[key]), factor, min_lr)
-        for scheduler in schedulers:
-            inner = getattr(scheduler, "scheduler", scheduler)  # accelerate's AcceleratedScheduler wraps one
-            if isinstance(getattr(inner, "base_lrs", None), list):
-                inner.base_lrs = [scaled(float(lr), factor, min_lr) for lr in inner.base_lrs]
-            if isinstance(getattr(inner, "_last_lr", None), list):
-                inner._last_lr = [float(g["lr"]) for g in getattr(inner, "optimizer", optimizers[0]).param_groups]
-        new = float(groups[0]["lr"])
+        old, new = scale_lrs(optimizers, schedulers, factor, min_lr)
         log.warning("alertd: step %d: LR scaled by %g: %g -> %g (command %s)", step, factor, old, new, command.name)
-        self._write(LR, new, step, {"reason": "lr_scale"})
+        if new is not None:  # groups were found above
+            self._write(LR, new, step, {"reason": "lr_scale"})
         self.done(command, step, old_lr=old, new_lr=new, factor=factor)
+
+    def recover(
+        self,
+        plan: RecoveryPlan | None,
+        step: int,
+        optimizers: Iterable[Any],
+        schedulers: Iterable[Any],
+        ack_dir: str,
+        *,
+        ack: bool = True,
+    ) -> bool:
+        """Training starts at `step` (the optimizer and scheduler state restored): apply the recovery `plan` if the
+        run resumed at its checkpoint step (LR x `lr_factor`, its updates to skip), else refuse it; acknowledge either
+        in `ack_dir` when `ack` (global rank 0). Whether it applies."""
+        self.plan = None
+        if plan is None:
+            return False
+        if step != plan.checkpoint_step:
+            why = (
+                f"training started at step {step}, not at the plan's checkpoint step {plan.checkpoint_step} "
+                "(pass resume_from() to the trainer)"
+            )
+            log.warning("alertd: recovery plan for attempt %d refused: %s", plan.attempt, why)
+            if ack:
+                acknowledge(ack_dir, plan, False, refused=why)
+            return False
+        optimizers, schedulers = list(optimizers), list(schedulers)
+        old, new = scale_lrs(optimizers, schedulers, plan.lr_factor, 0.0)
+        self.plan = plan
+        skip = f"updates {plan.skip[0]}-{plan.skip[1]} skipped" if plan.skip else "no update skipped"
+        log.warning(
+            "alertd: recovery attempt %d: resumed from %s at step %d, LR x%g (%s -> %s), %s",
+            plan.attempt,
+            plan.checkpoint,
+            step,
+            plan.lr_factor,
+            old,
+            new,
+            skip,
+        )
+        if new is not None:
+            self._write(LR, new, step, {"reason": "recover"})
+        labels = {"attempt": str(plan.attempt), "checkpoint": os.path.basename(plan.checkpoint.rstrip("/"))}
+        self._write(RECOVERY, float(plan.attempt), step, labels)
+        if ack:
+            acknowledge(
+                ack_dir,
+                plan,
+                True,
+                resumed_step=step,
+                checkpoint=plan.checkpoint,
+                old_lr=old,
+                new_lr=new,
+                lr_factor=plan.lr_factor,
+                skip=list(plan.skip) if plan.skip else [],
+            )
+        return True
+
+    def planned(self, update: int) -> str | None:
+        """Why the applied recovery plan drops update number `update` ("recovery attempt N"), or None."""
+        if self.plan is not None and skips(self.plan, update):
+            return f"{PLANNED}{self.plan.attempt}"
+        return None
 
     def _ack(self, command: Command, step: int | None, **fields: Any) -> None:
         outcome = "applied" if fields.get("applied") else "refused"
@@ -151,6 +221,30 @@ class Steering:
     def _write(self, metric: str, value: float, step: int | None, labels: dict[str, str]) -> None:
         if self.recorder is not None:
             self.recorder.write(metric, value, step, labels)
+
+
+def scale_lrs(
+    optimizers: Iterable[Any], schedulers: Iterable[Any], factor: float, min_lr: float
+) -> tuple[float | None, float | None]:
+    """Multiply every param group's `lr` and `initial_lr` of `optimizers` and every scheduler's `base_lrs` by `factor`,
+    floored at `min_lr` (`scaled`), the schedulers' last LRs set to the new ones; the first group's LR before and
+    after (None, None without a param group)."""
+    optimizers = list(optimizers)
+    groups = [g for opt in optimizers for g in getattr(opt, "param_groups", ())]
+    if not groups:
+        return None, None
+    old = float(groups[0]["lr"])
+    for group in groups:
+        for key in ("lr", "initial_lr"):
+            if key in group:
+                group[key] = scaled(float(group[key]), factor, min_lr)
+    for scheduler in schedulers:
+        inner = getattr(scheduler, "scheduler", scheduler)  # accelerate's AcceleratedScheduler wraps one
+        if isinstance(getattr(inner, "base_lrs", None), list):
+            inner.base_lrs = [scaled(float(lr), factor, min_lr) for lr in inner.base_lrs]
+        if isinstance(getattr(inner, "_last_lr", None), list):
+            inner._last_lr = [float(g["lr"]) for g in getattr(inner, "optimizer", optimizers[0]).param_groups]
+    return old, float(groups[0]["lr"])
 
 
 def scaled(lr: float, factor: float, min_lr: float) -> float:
