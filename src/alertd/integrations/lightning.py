@@ -48,6 +48,17 @@ drops the next update (in `on_before_optimizer_step`, before clipping: every gra
 moves nothing); `save` saves `<dir>/alertd-save-step=N.ckpt` (only with finite weights); `stop` is a stop request.
 With `guard=Guard(...)`, a step whose loss (from `on_before_backward`) or pre-clip gradient norm is not finite or
 an outlier is dropped the same way. One process: the commands are not shared between ranks.
+
+alertd's recovery plan (`alertd.integrations.plan`: `$ALERTD_RECOVERY_PLAN`, or
+`<default_root_dir>/alertd-recovery.json` not yet acknowledged) is applied in `on_train_start`, which Lightning calls
+after it restored the optimizers, the schedulers and the loops from `ckpt_path`: when `trainer.global_step` is the
+plan's checkpoint step, every LR (param groups, the schedulers' base LRs) is multiplied by its `lr_factor`, and the
+LightningModule's `training_step` is wrapped (on the instance, put back at `teardown`) to return None for each
+planned update (number `global_step + 1`): automatic optimization then skips the backward pass, the optimizer steps
+on no gradient (nothing moves) and `global_step` still advances; Lightning warns once "`training_step` returned
+`None`". `train/step_skipped` (reason=plan) is written at its step, no loss or gradient norm. Otherwise the plan is
+refused. Either way `<default_root_dir>/alertd-recovery.ack.json` says so (global rank 0). `$ALERTD_RUN_INFO`, when
+set, is written at `on_train_start` (global rank 0).
 """
 
 from __future__ import annotations
@@ -62,8 +73,9 @@ from alertd.integrations import finite
 from alertd.integrations.guard import Guard
 from alertd.integrations.ledger import COMMAND, SCHEDULE, STOP, Ledger
 from alertd.integrations.patches import Patches
+from alertd.integrations.plan import current_plan, write_run_info
 from alertd.integrations.recorder import GRAD_NORM, LOSS, RunRecorder
-from alertd.integrations.steering import Steering
+from alertd.integrations.steering import Steering, drop_update
 from alertd.integrations.stop import COMMAND as STOP_COMMAND
 from alertd.integrations.stop import DEFAULT_SIGNALS
 
@@ -129,6 +141,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         self._grad_norms: list[Any] = []
         self._judged = False
         self._guard_loss: Any = None
+        self._planned: str | None = None  # why the recovery plan drops this update (step_skipped written)
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         """Note that `fit` runs, so that a crash before training starts is recorded too."""
@@ -149,6 +162,33 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         self._patches.restore()
         for callback in getattr(trainer, "checkpoint_callbacks", ()):
             self._guard(trainer, callback)
+        if trainer.is_global_zero:
+            write_run_info(trainer.default_root_dir, "lightning")
+        # Lightning restored the optimizers, the schedulers and the loops (global_step) before on_train_start.
+        schedulers = [config.scheduler for config in getattr(trainer, "lr_scheduler_configs", ())]
+        root = os.path.abspath(os.fspath(trainer.default_root_dir))
+        plan = current_plan(root)
+        if self.steering.recover(
+            plan, trainer.global_step, trainer.optimizers, schedulers, root, ack=bool(trainer.is_global_zero)
+        ):
+            self._skip_planned(trainer, pl_module)
+
+    def _skip_planned(self, trainer: Any, pl_module: Any) -> None:
+        """Make the module's `training_step` return None for the updates the recovery plan drops (automatic
+        optimization then skips backward; the optimizer steps on no gradient, global_step advances)."""
+        training_step = pl_module.training_step
+
+        def planned_training_step(*args: Any, **kwargs: Any) -> Any:
+            update = trainer.global_step + 1
+            why = self.steering.planned(update)
+            if why is None:
+                return training_step(*args, **kwargs)
+            if self._planned is None:  # once per update (micro-batches of one update share it)
+                self._planned = why
+                self.steering.skipped(trainer.global_step, why, trainer.optimizers)
+            return None
+
+        self._patches.set(pl_module, "training_step", planned_training_step)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Put the ModelCheckpoints' methods back (after an exception they stay guarded until the next fit)."""
@@ -164,10 +204,13 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         norm = _grad_norm(optimizer)
         if norm is not None:
             self._grad_norms.append(norm)
+        if self._planned is not None:
+            drop_update(trainer.optimizers)  # no gradient anyway: training_step returned None
+            return
         if self.steering.judging and not self._judged and self._step is not None:
             self._judged = True
             loss = float(self._guard_loss) if self._guard_loss is not None else None
-            why = self.steering.judge(self._step, loss, float(norm) if norm is not None else None)
+            why = self.steering.judge(self._step, loss, float(norm) if norm is not None else None, self._step + 1)
             if why is not None:
                 self.steering.skipped(self._step, why, trainer.optimizers)
 

@@ -1,12 +1,13 @@
 """alertd for a plain PyTorch loop (or Lightning Fabric): the run's records, alertd's commands and the step guard.
 
     from alertd.integrations.torchloop import AlertdLoop
-    with AlertdLoop(optimizer, scheduler, output_dir="out", model=model, guard=Guard(sigma=6, window=100)) as run:
-        for step, batch in enumerate(loader):
-            loss = model(batch).loss
+    with AlertdLoop(optimizer, scheduler, output_dir="out", model=model, save_every=500, keep=2,
+                    guard=Guard(sigma=6, window=100)) as run:
+        for step in range(run.start_step, total):  # start_step: 0, or the step of the checkpoint resumed from
+            loss = model(next(batches)).loss
             loss.backward()                      # Fabric: fabric.backward(loss)
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            if run.update(step, loss, norm):     # False: this update is dropped (a skip_step command, the guard)
+            if run.update(step, loss, norm):     # False: this update is dropped (recovery plan, skip_step, guard)
                 optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
@@ -18,26 +19,46 @@
 None, so even an `optimizer.step()` called anyway moves nothing. `boundary()` takes alertd's commands
 (`alertd.integrations.steering`: `lr_scale` at once on the optimizers and schedulers, `save`, `stop`, `skip_step`
 for the next update) and the stop request (the stop file, SIGINT, SIGUSR1: `alertd.integrations.stop`). Saves
-(`<output_dir>/alertd-save-step=N.pt`, `alertd-stop-step=N.pt`) are made by `save(path)` when given, else, with
-`model`, as `torch.save` of the model's, optimizers' and schedulers' state dicts; only with finite weights, each
-recorded in the checkpoint ledger (`framework`: torch). The files and the environment variables are the
-callbacks': `<output_dir>/alertd-samples.jsonl`, `ALERTD_STOP`, `alertd-commands`. One process.
+(`<output_dir>/alertd-save-step=N.pt`, `alertd-stop-step=N.pt`, and with `save_every`, `alertd-step=N.pt` after
+every `save_every` updates, N the updates done) are made by `save(path)` when given, else, with `model`, as
+`torch.save` of `{"step", "model", "optimizers", "schedulers"}` (the state dicts); only with finite weights (a
+scheduled save of weights that are not finite is vetoed), each recorded in the checkpoint ledger (`framework`:
+torch, `by`: schedule, command or stop). After each scheduled save the `alertd-step=*.pt` files older than the
+`keep` newest are deleted (never the ledger's last good checkpoint).
+
+Resuming (`start()`, with `model` and no `save` function): when alertd's recovery plan applies
+(`alertd.integrations.plan`) or `$ALERTD_RESUME_FROM` names a checkpoint the ledger says is good
+(`alertd.integrations.resume`), that `.pt` file is loaded into the model, the optimizers and the schedulers, and
+`start_step` is its step (otherwise `start_step` is the `step` given to `start()`, 0 by default). The plan is then
+applied (refused unless `start_step` is its checkpoint step): the LR cut at once, and `update()` returns False for
+each update it drops (update number `step + 1`; no loss recorded, `train/step_skipped` with reason=plan at `step`).
+`$ALERTD_RUN_INFO` is written at `start()`. The files and the environment variables are the callbacks':
+`<output_dir>/alertd-samples.jsonl`, `ALERTD_STOP`, `alertd-commands`, `alertd-checkpoints.jsonl`,
+`alertd-recovery.json`. One process.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
 from alertd.integrations import finite
 from alertd.integrations.guard import Guard
-from alertd.integrations.ledger import COMMAND, STOP, Ledger
+from alertd.integrations.ledger import COMMAND, SCHEDULE, STOP, Ledger
+from alertd.integrations.plan import current_plan, write_run_info
 from alertd.integrations.recorder import GRAD_NORM, LOSS, RunRecorder
+from alertd.integrations.resume import checkpoint_for
 from alertd.integrations.steering import Steering
 from alertd.integrations.stop import COMMAND as STOP_COMMAND
 from alertd.integrations.stop import DEFAULT_SIGNALS
+
+log = logging.getLogger("alertd.integrations")
+SCHEDULED = re.compile(r"alertd-step=(\d+)\.pt")
+"""The file name of a scheduled save (`save_every`)."""
 
 
 def _number(value: Any) -> float | None:
@@ -70,7 +91,17 @@ class AlertdLoop:
         signals: Iterable[str] = DEFAULT_SIGNALS,
         commands_dir: str | os.PathLike[str] | None = None,
         guard: Guard | None = None,
+        save_every: int | None = None,
+        keep: int = 1,
     ) -> None:
+        if save_every is not None and save_every < 1:
+            raise ValueError(f"save_every must be a positive number of updates (got {save_every!r})")
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1 (got {keep!r})")
+        self.save_every = save_every
+        self.keep = keep
+        self.start_step = 0
+        """The step training starts at: 0, or the step of the checkpoint `start()` resumed from."""
         self.optimizers = _listed(optimizers)
         self.schedulers = _listed(schedulers)
         self.output_dir = os.path.abspath(os.fspath(output_dir))
@@ -82,14 +113,41 @@ class AlertdLoop:
         self.stopped = False
 
     def start(self, step: int = 0) -> None:
-        """Training begins (at `step`, when resumed)."""
-        self.recorder.start(self.output_dir, step)
+        """Training begins (at `step`, when resumed by the caller): resume from the recovery plan's checkpoint or
+        `$ALERTD_RESUME_FROM` (with `model` and no `save` function; `start_step` is then its step), apply the plan."""
+        self.start_step = step
+        write_run_info(self.output_dir, "torch")
+        plan = current_plan(self.output_dir)
+        if self.model is not None and self.save_fn is None:
+            checkpoint = checkpoint_for(plan)
+            if checkpoint is not None:
+                self.start_step = self._load(checkpoint)
+        self.recorder.start(self.output_dir, self.start_step)
         self.steering.start(self.output_dir, self.recorder)
+        self.steering.recover(plan, self.start_step, self.optimizers, self.schedulers, self.output_dir)
         self.stopped = False
+
+    def _load(self, path: str) -> int:
+        """Load a checkpoint `_save` wrote into the model, the optimizers and the schedulers; its step."""
+        import torch
+
+        state = torch.load(path, map_location="cpu", weights_only=False)  # alertd wrote it (`_save`)
+        self.model.load_state_dict(state["model"])
+        for optimizer, optimizer_state in zip(self.optimizers, state["optimizers"], strict=True):
+            optimizer.load_state_dict(optimizer_state)
+        for scheduler, scheduler_state in zip(self.schedulers, state["schedulers"], strict=True):
+            scheduler.load_state_dict(scheduler_state)
+        step = int(state["step"])
+        log.warning("alertd: resumed from %s at step %d", path, step)
+        return step
 
     def update(self, step: int, loss: Any = None, grad_norm: Any = None) -> bool:
         """Record the loss and the pre-clip gradient norm of update `step` (tensors or numbers); whether to take it
         (False: dropped, its gradients set to None)."""
+        planned = self.steering.planned(step + 1)
+        if planned is not None:  # the recovery plan drops it: nothing recorded but the skip
+            self.steering.skipped(step, planned, self.optimizers)
+            return False
         loss_value, norm_value = _number(loss), _number(grad_norm)
         if loss_value is not None:
             self.recorder.write(LOSS, loss_value, step)
@@ -97,7 +155,7 @@ class AlertdLoop:
             self.recorder.write(GRAD_NORM, norm_value, step)
         if not self.steering.judging:
             return True
-        why = self.steering.judge(step, loss_value, norm_value)
+        why = self.steering.judge(step, loss_value, norm_value, step + 1)
         if why is None:
             return True
         self.steering.skipped(step, why, self.optimizers)
@@ -114,16 +172,20 @@ class AlertdLoop:
             self.steering.done(command, done)
             self.recorder.stop.reason = self.recorder.stop.reason or STOP_COMMAND
         for command in orders.save:
-            path, why = self._save(done, "save", COMMAND)
+            path, why = self._save(done, f"alertd-save-step={done}.pt", COMMAND)
             if path is None:
                 self.steering.refuse(command, done, why)
             else:
                 self.steering.done(command, done, checkpoint=path)
+        if self.save_every is not None and done % self.save_every == 0:
+            path, _ = self._save(done, f"alertd-step={done}.pt", SCHEDULE)
+            if path is not None:
+                self._rotate()
         reason = self.recorder.stop_reason()
         if reason is None:
             return False
         self.stopped = True
-        path, why = self._save(done, "stop", STOP)
+        path, why = self._save(done, f"alertd-stop-step={done}.pt", STOP)
         if path is not None:
             self.recorder.stopped(done, reason, path, saved=True)
         else:
@@ -148,9 +210,9 @@ class AlertdLoop:
         else:
             self.crash(kind.__name__)
 
-    def _save(self, step: int, what: str, by: str) -> tuple[str | None, str]:
-        """Save `alertd-<what>-step=<step>.pt` if the weights are finite: its path, else None and why."""
-        path = os.path.join(self.output_dir, f"alertd-{what}-step={step}.pt")
+    def _save(self, step: int, name: str, by: str) -> tuple[str | None, str]:
+        """Save `<output_dir>/<name>` if the weights are finite: its path, else None and why."""
+        path = os.path.join(self.output_dir, name)
         if self.save_fn is None and self.model is None:
             return None, "no model and no save function given, no checkpoint saved"
         models = [self.model] if self.model is not None else []
@@ -171,6 +233,23 @@ class AlertdLoop:
             torch.save(state, path)
         self.ledger.saved(step, path, by)
         return path, ""
+
+    def _rotate(self) -> None:
+        """Delete the `alertd-step=N.pt` files older than the `keep` newest, but never the last good checkpoint."""
+        try:
+            names = os.listdir(self.output_dir)
+        except OSError:
+            return
+        saved = sorted((int(m.group(1)), n) for n in names if (m := SCHEDULED.fullmatch(n)))
+        last_good = self.ledger.last_good()
+        for _, name in saved[: -self.keep]:
+            path = os.path.join(self.output_dir, name)
+            if last_good is not None and os.path.abspath(last_good) == path:
+                continue
+            try:
+                os.unlink(path)
+            except OSError as e:
+                log.warning("alertd: can't delete the old checkpoint %s: %s", path, e)
 
 
 __all__ = ["AlertdLoop", "Guard"]

@@ -55,6 +55,16 @@ changes the optimizer's param groups and the scheduler's base LRs at once (the T
 after clipping: every gradient set to None, so the optimizer moves nothing); `save` sets `control.should_save`
 (the regular `checkpoint-<step>`, only with finite weights); `stop` is a stop request. With `guard=Guard(...)`,
 a step whose raw loss or pre-clip gradient norm is not finite or an outlier is dropped the same way.
+
+alertd's recovery plan (`alertd.integrations.plan`: `$ALERTD_RECOVERY_PLAN`, or `<output_dir>/alertd-recovery.json`
+not yet acknowledged) is applied in `on_train_begin`, which the Trainer calls after it restored the optimizer, the
+scheduler and its state from `resume_from_checkpoint` (`_prepare_for_training`, then the callbacks): when
+`state.global_step` is the plan's checkpoint step, every LR is multiplied by its `lr_factor` (the Trainer logs the
+new `learning_rate`), and each planned update (number `global_step + 1`) is dropped: the wrapped `training_step`
+returns a zero loss on `args.device` without calling the Trainer's (no forward, no backward), its gradients are
+set to None in `on_pre_optimizer_step`, `train/step_skipped` (reason=plan) is written at its step, and its loss and
+gradient norm are not. Otherwise the plan is refused. Either way `<output_dir>/alertd-recovery.ack.json` says so
+(process 0). `$ALERTD_RUN_INFO`, when set, is written at `on_train_begin` (process 0).
 """
 
 from __future__ import annotations
@@ -69,6 +79,7 @@ from alertd.integrations import finite
 from alertd.integrations.guard import Guard
 from alertd.integrations.ledger import COMMAND, SCHEDULE, STOP, Ledger
 from alertd.integrations.patches import Patches
+from alertd.integrations.plan import current_plan, write_run_info
 from alertd.integrations.recorder import GRAD_NORM, LOSS, RunRecorder
 from alertd.integrations.steering import Steering
 from alertd.integrations.stop import COMMAND as STOP_COMMAND
@@ -129,6 +140,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         self._saved_path: str | None = None
         self._saves: list[Any] = []  # save commands the Trainer is to carry out at this step
         self._save_step: int | None = None
+        self._planned: str | None = None  # why the recovery plan drops the update running now
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Open the samples file, write `run.started`, listen for a stop, wrap the Trainer's methods."""
@@ -138,9 +150,23 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         output_dir = args.output_dir or "."
         self.recorder.start(output_dir, state.global_step)
         self.steering.start(output_dir, self.recorder)
-        self._ledger = Ledger(output_dir, "hf", write=getattr(args, "process_index", 0) == 0)
+        rank_zero = getattr(args, "process_index", 0) == 0
+        self._ledger = Ledger(output_dir, "hf", write=rank_zero)
         trainer = _find_trainer(self)
         self._trainer = trainer
+        if rank_zero:
+            write_run_info(output_dir, "hf")
+        # The Trainer restored the optimizer, the scheduler and its state (global_step) before on_train_begin.
+        optimizer = kwargs.get("optimizer") or getattr(trainer, "optimizer", None)
+        scheduler = kwargs.get("lr_scheduler") or getattr(trainer, "lr_scheduler", None)
+        self.steering.recover(
+            current_plan(output_dir),
+            state.global_step,
+            [o for o in (optimizer,) if o is not None],
+            [s for s in (scheduler,) if s is not None],
+            os.path.abspath(output_dir),
+            ack=rank_zero,
+        )
         if trainer is None:
             log.warning(
                 "alertd: the Trainer is not on the call stack: train/loss and train/grad_norm are not recorded, "
@@ -153,15 +179,18 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         """A new optimizer step: its micro-batches' losses add up from here."""
         self._loss = self._grad_norm = None
         self.recorder.last_step = state.global_step + 1  # the step a crash from here on is recorded at
+        self._planned = self.steering.planned(state.global_step + 1)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Write the step's loss and gradient norm; honour a stop request."""
         step = state.global_step
-        if self._loss is not None:
-            self.recorder.write(LOSS, float(self._loss), step)
-        if self._grad_norm is not None:
-            self.recorder.write(GRAD_NORM, float(self._grad_norm), step)
+        if self._planned is None:  # a dropped planned update has no loss and no gradient norm
+            if self._loss is not None:
+                self.recorder.write(LOSS, float(self._loss), step)
+            if self._grad_norm is not None:
+                self.recorder.write(GRAD_NORM, float(self._grad_norm), step)
         self._loss = self._grad_norm = None
+        self._planned = None
         self._commands(step, control, kwargs)
         reason = _any_rank(self.recorder.stop_reason(), args)
         if reason is None or self._stopping:
@@ -179,10 +208,15 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
             self._pending_stop = reason  # reported once the Trainer saved (on_save), or did not (on_train_end)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """The gradients are complete and clipped: drop the update if a `skip_step` command or the guard says so."""
+        """The gradients are complete and clipped: drop the update if the recovery plan, a `skip_step` command or the
+        guard says so."""
+        step = state.global_step + 1
+        if self._planned is not None:
+            optimizer = kwargs.get("optimizer") or getattr(self._trainer, "optimizer", None)
+            self.steering.skipped(step, self._planned, [optimizer])
+            return
         if not self.steering.judging:
             return
-        step = state.global_step + 1
         loss = float(self._loss) if self._loss is not None else None
         norm = float(self._grad_norm) if self._grad_norm is not None else None
         why = self.steering.judge(step, loss, norm)
@@ -251,6 +285,10 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         training_step = trainer.training_step
 
         def recording_training_step(*args: Any, **kwargs: Any) -> Any:
+            if self._planned is not None:  # the recovery plan drops this update: no forward, no backward
+                import torch
+
+                return torch.zeros((), device=trainer.args.device)
             try:
                 loss = training_step(*args, **kwargs)
             except BaseException as exc:
