@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -30,6 +31,7 @@ from alertd.sources.samples import read_samples
 from alertd.sources.textlog import TextLogSource
 
 if TYPE_CHECKING:
+    from alertd.runs.recovery_replay import Recoveries, Replayed
     from alertd.service.exec import RestartOverrides
 
 COMMANDS = ("run", "exec", "check", "test", "dry-run")
@@ -121,6 +123,13 @@ def _parser() -> argparse.ArgumentParser:
         help="also draw a run (its series, where each rule was pending and firing) to OUT: .html, .svg or .png",
     )
     dry.add_argument("--run", default=None, metavar="RUN", help="the run --plot draws (RUN or SOURCE:RUN)")
+    dry.add_argument(
+        "--checkpoints",
+        default=None,
+        metavar="DIR",
+        help="the checkpoint ledger's directory for `recover` notifiers without checkpoints: (default: each "
+        "samples file's directory)",
+    )
     dry.add_argument(
         "--x",
         choices=("step", "time"),
@@ -217,32 +226,79 @@ def _dry_run(ns: argparse.Namespace) -> int:
         raise CliError(f"{'--run' if ns.run is not None else '--x'} is for --plot: give --plot OUT too")
     bar = None if ns.quiet else Progress.for_terminal(sys.stderr)
     kept: list[Transition] = []
+    plans: list[Replayed] = []
     with _showing(bar):
-        samples = _collect(cfg, ns.source, bar)
+        dirs: dict[tuple[str, str], str] = {}
+        samples = _collect(cfg, ns.source, bar, dirs)
+        recoveries = _recoveries(cfg, ns.checkpoints, dirs)
         fed = bar.evaluated if bar is not None else None
         shared = bar is not None and _isatty(sys.stdout)  # the results go to the bar's terminal: erase it first
         for t in replay(RuleSet(cfg.rules), samples, cfg.buffer, until, cfg.stall_after, fed):
             if shared and bar is not None:
                 bar.clear()
             print(dumps(t) if ns.format == "json" else transition_text(t), flush=shared)
+            for r in recoveries.after(t) if recoveries is not None else ():
+                print(_recover_json(r) if ns.format == "json" else r.text(), flush=shared)
+                plans.append(r)
             if ns.plot is not None:
                 kept.append(t)
         if bar is not None:
             bar.finish_phase()
     sys.stdout.flush()
     if ns.plot is not None:
-        _write_plot(ns.plot, ns.run, samples, kept, ns.x or "step")
+        _write_plot(ns.plot, ns.run, samples, kept, ns.x or "step", plans)
     return 0
 
 
+def _recoveries(cfg: Config, checkpoints: str | None, dirs: dict[tuple[str, str], str]) -> Recoveries | None:
+    """What the `recover` notifiers would have done, over the replay's transitions: None without one. Each one's
+    ledger is in its `checkpoints:` directory, else in `--checkpoints DIR`, else beside the run's samples file."""
+    from alertd.actions.config import RecoverConfig
+    from alertd.runs.recovery_replay import Recoveries, route_receivers
+
+    recover = {name: n for name, n in cfg.notifiers.items() if isinstance(n, RecoverConfig)}
+    if not recover:
+        return None
+    read: dict[str, list[dict[str, object]] | str] = {}
+
+    def ledger(notifier: str, source: str, run: str) -> list[dict[str, object]] | str:
+        where = recover[notifier].checkpoints or checkpoints or dirs.get((source, run))
+        if where is None:
+            why = "give the notifier checkpoints: DIR, or dry-run --checkpoints DIR"
+            return f"no checkpoint ledger for run {run!r}: {why}"
+        if where not in read:
+            read[where] = _read_ledger(where)
+        return read[where]
+
+    return Recoveries(route_receivers(cfg.route.to_route()), {n: c.policy() for n, c in recover.items()}, ledger)
+
+
+def _read_ledger(where: str) -> list[dict[str, object]] | str:
+    from alertd.integrations.ledger import ledger_path, read
+
+    path = ledger_path(where)
+    if not os.path.isfile(path):
+        return f"no checkpoint ledger at {path}"
+    return list(read(where))
+
+
+def _recover_json(r: Replayed) -> str:
+    return json.dumps({"recover": r.as_json()}, separators=(", ", ": "))
+
+
 def _write_plot(
-    path: str, run: str | None, samples: list[Sample], transitions: list[Transition], x: str = "step"
+    path: str,
+    run: str | None,
+    samples: list[Sample],
+    transitions: list[Transition],
+    x: str = "step",
+    recoveries: Sequence[Replayed] = (),
 ) -> None:
     from alertd.plot.output import PlotError, render
     from alertd.plot.png import PlotUnavailable
 
     try:
-        body, note = render(samples, transitions, path, run, x)
+        body, note = render(samples, transitions, path, run, x, recoveries)
     except (PlotError, PlotUnavailable) as exc:
         raise CliError(str(exc)) from None
     try:
@@ -307,7 +363,11 @@ _SIZED_UP_FRONT = ("tensorboard", "wandb_dir", "samples", "textlog", "csv")
 total and an ETA. The APIs (wandb, mlflow over HTTP) and an MLflow store (runs found while read) have neither."""
 
 
-def _collect(cfg: Config, specs: Sequence[str], bar: Progress | None = None) -> list[Sample]:
+def _collect(
+    cfg: Config, specs: Sequence[str], bar: Progress | None = None, dirs: dict[tuple[str, str], str] | None = None
+) -> list[Sample]:
+    """The samples of the sources; `dirs`, where given, gets the directory of each samples file by the (source,
+    run) of its samples (where a `recover` notifier's ledger is, by default)."""
     configs = [_source_from_spec(cfg, spec) for spec in specs] if specs else list(cfg.sources)
     out: list[Sample] = []
     for src in configs:
@@ -318,7 +378,12 @@ def _collect(cfg: Config, specs: Sequence[str], bar: Progress | None = None) -> 
             label = src.name if src.name == src.type else f"{src.name} ({src.type})"
             bar.reading(label, total_known=src.type in _SIZED_UP_FRONT)
         if src.type == "samples":
-            out += _read_samples_file(src.path, src.name, bar)
+            got = _read_samples_file(src.path, src.name, bar)
+            if dirs is not None:
+                where = os.path.dirname(os.path.abspath(src.path))
+                for key in _runs(got):
+                    dirs.setdefault(key, where)
+            out += got
         elif src.type == "tensorboard":  # a run directory given as the logdir: its run is named, not `.`
             out += named_root_run(asyncio.run(_poll_all(src, bar)), os.path.basename(os.path.abspath(src.logdir)))
         else:
@@ -326,6 +391,10 @@ def _collect(cfg: Config, specs: Sequence[str], bar: Progress | None = None) -> 
         if bar is not None:
             bar.finish_phase()
     return out
+
+
+def _runs(samples: Sequence[Sample]) -> dict[tuple[str, str], None]:
+    return {(s.series.label("source") or "", s.series.label("run") or ""): None for s in samples}
 
 
 def _read_samples_file(path: str, name: str, bar: Progress | None = None) -> list[Sample]:

@@ -24,7 +24,8 @@ from dataclasses import replace
 
 from alertd.dryrun import transition_json
 from alertd.model import Sample, SeriesKey, Transition, TransitionKind
-from alertd.plot.model import Figure, Line, Panel, Point, Span
+from alertd.plot.model import Figure, Line, Panel, Point, Recovery, Span
+from alertd.runs.recovery_replay import Replayed
 
 MAX_LINES = 8
 """Series drawn per panel at most."""
@@ -65,8 +66,10 @@ def figure(
     max_panels: int = 8,
     title: str = "",
     x: str = "step",
+    recoveries: Iterable[Replayed] = (),
 ) -> Figure:
-    """The picture of run `run` of source `source`, over `x` (`step` or `time`)."""
+    """The picture of run `run` of source `source`, over `x` (`step` or `time`); `recoveries`: a dry run's, whose
+    plans for this run are drawn (the checkpoint gone back to, the updates skipped)."""
     if x not in AXES:
         raise ValueError(f"x must be step or time, got {x!r}")
     mine: dict[SeriesKey, list[Point]] = {}
@@ -117,6 +120,11 @@ def figure(
         x=x,
         first_step=min(s for _, s in steps) if steps else None,
         last_step=max(s for _, s in steps) if steps else None,
+        recoveries=tuple(
+            Recovery(r.notifier, r.rule, p.attempt, p.checkpoint_step, p.skip, p.describe())
+            for r in recoveries
+            if (p := r.plan) is not None and (r.source, r.run) == (source, run)
+        ),
     )
 
 

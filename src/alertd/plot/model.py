@@ -41,6 +41,20 @@ class Span:
 
 
 @dataclass(frozen=True, slots=True)
+class Recovery:
+    """A recovery `recover` would have made (a dry run's plan): back to the checkpoint at `checkpoint_step`, the
+    updates `skip` (inclusive; None: none) dropped. Drawn on panels over the step."""
+
+    notifier: str
+    rule: str
+    attempt: int
+    checkpoint_step: int
+    skip: tuple[int, int] | None
+    label: str
+    """The plan in words."""
+
+
+@dataclass(frozen=True, slots=True)
 class Panel:
     """One chart: a metric's lines and the spans of the alerts on it."""
 
@@ -68,3 +82,5 @@ class Figure:
     """The x axis asked for: `step` or `time` (a panel without steps is drawn over time either way)."""
     first_step: int | None = None
     last_step: int | None = None
+    recoveries: tuple[Recovery, ...] = ()
+    """The plans a dry run's `recover` notifiers would have made for this run."""

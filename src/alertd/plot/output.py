@@ -11,6 +11,7 @@ from alertd.plot.build import figure, runs_in
 from alertd.plot.page import figure_page
 from alertd.plot.png import figure_png
 from alertd.plot.svg import figure_svg
+from alertd.runs.recovery_replay import Replayed
 
 FORMATS = (".html", ".htm", ".svg", ".png")
 
@@ -58,12 +59,18 @@ def pick_run(
 
 
 def render(
-    samples: Sequence[Sample], transitions: Sequence[Transition], path: str, run: str | None, x: str = "step"
+    samples: Sequence[Sample],
+    transitions: Sequence[Transition],
+    path: str,
+    run: str | None,
+    x: str = "step",
+    recoveries: Sequence[Replayed] = (),
 ) -> tuple[bytes, str]:
-    """The file's bytes and the note for stderr; `x` is the axis, `step` or `time`."""
+    """The file's bytes and the note for stderr; `x` is the axis, `step` or `time`; `recoveries`: the plans
+    the `recover` notifiers would have made, drawn on the run's panels over the step."""
     fmt = plot_format(path)
     (source, name), note = pick_run(samples, transitions, run)
-    fig = figure(samples, transitions, source, name, x=x)
+    fig = figure(samples, transitions, source, name, x=x, recoveries=recoveries)
     if fmt == ".svg":
         return figure_svg(fig).encode(), note
     if fmt == ".png":

@@ -47,6 +47,19 @@ def figure_png(fig: Figure, *, dpi: int = 100) -> bytes:
             start = float(s.step) if by_step and s.step is not None else s.start - t0
             end = last if s.end is None else (float(s.end_step) if by_step and s.end_step is not None else s.end - t0)
             ax.axvspan(start, max(end, start), color="#dc2626" if s.state == "firing" else "#f59e0b", alpha=0.2, lw=0)
+        for r in fig.recoveries if by_step else ():  # a dry run's recovery plans: skipped updates, checkpoint
+            if r.skip is not None:
+                ax.axvspan(r.skip[0] - 0.5, r.skip[1] + 0.5, color="#7c3aed", alpha=0.16, lw=0)
+            ax.axvline(r.checkpoint_step, color="#7c3aed", lw=1.5, ls="--")
+            ax.annotate(
+                f"attempt {r.attempt}: back to {r.checkpoint_step}",
+                (r.checkpoint_step, 0.9),
+                xycoords=("data", "axes fraction"),
+                fontsize=7,
+                color="#5b21b6",
+                xytext=(3, 0),
+                textcoords="offset points",
+            )
         for i, line in enumerate(panel.lines):
             color = PALETTE[i % len(PALETTE)]
             xs = [at(p) for p in line.points]

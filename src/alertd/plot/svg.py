@@ -18,7 +18,7 @@ from html import escape
 
 from alertd.model import format_time
 from alertd.plot.build import finite_range
-from alertd.plot.model import Figure, Line, Panel, Point, Span
+from alertd.plot.model import Figure, Line, Panel, Point, Recovery, Span
 
 WIDTH = 960
 PANEL_HEIGHT = 150
@@ -37,6 +37,8 @@ STYLE = """
 .line{fill:none;stroke-width:1.6;stroke-linejoin:round}.pending{fill:#f59e0b;fill-opacity:.22}
 .firing{fill:#dc2626;fill-opacity:.2}.nonfinite{stroke:#b91c1c;stroke-width:2;fill:#b91c1c}
 .empty{font:italic 12px system-ui,sans-serif;fill:#64748b}
+.recovery-skip{fill:#7c3aed;fill-opacity:.16}.recovery-checkpoint{stroke:#7c3aed;stroke-width:2;stroke-dasharray:5 3}
+.recovery-label{font:11px system-ui,sans-serif;fill:#5b21b6}
 """
 _TIME_STEPS = (
     *(1, 2, 5, 10, 15, 30),
@@ -130,6 +132,8 @@ def _panel(fig: Figure, panel: Panel, top: int, width: int, height: int) -> str:
         start = float(s.step) if by_step and s.step is not None else s.start
         end = None if s.end is None else (float(s.end_step) if by_step and s.end_step is not None else s.end)
         out.append(_span(s, x, start, end, t1, y0, height))
+    if by_step:
+        out += [_recovery(r, x, y0, height) for r in fig.recoveries]
     for i, line in enumerate(panel.lines):
         out.append(_line(line, PALETTE[i % len(PALETTE)], x, y, y0, y1, x1 - x0, at))
     if yr is None and not any(line.points for line in panel.lines):
@@ -154,6 +158,36 @@ def _span(s: Span, x: Scale, start: float, end: float | None, data_end: float, y
         f'data-end="{"" if s.end is None else repr(s.end)}" data-step="{step}" data-severity="{_a(s.severity)}">'
         f"<title>{_t(tip)}</title></rect>"
     )
+
+
+def _recovery(r: Recovery, x: Scale, y0: int, height: int) -> str:
+    """A dry run's recovery plan: the skipped updates shaded, a dashed line at the checkpoint gone back to,
+    labelled."""
+    skip = "" if r.skip is None else f"{r.skip[0]}-{r.skip[1]}"
+    out = [
+        f'<g class="recovery" data-notifier="{_a(r.notifier)}" data-rule="{_a(r.rule)}" data-attempt="{r.attempt}" '
+        f'data-checkpoint-step="{r.checkpoint_step}" data-skip="{skip}">',
+        f"<title>{_t(f'recover {r.notifier} for {r.rule}: {r.label}')}</title>",
+    ]
+    if r.skip is not None:
+        a, b = x(r.skip[0] - 0.5), x(r.skip[1] + 0.5)
+        out.append(
+            f'<rect class="recovery-skip" x="{a:.1f}" y="{y0}" width="{max(b - a, 2.0):.1f}" height="{height}" '
+            f'data-from="{r.skip[0]}" data-to="{r.skip[1]}"/>'
+        )
+    xx = x(r.checkpoint_step)
+    out.append(
+        f'<line class="recovery-checkpoint" x1="{xx:.1f}" x2="{xx:.1f}" y1="{y0}" y2="{y0 + height}" '
+        f'data-step="{r.checkpoint_step}"/>'
+    )
+    text = f"attempt {r.attempt}: back to {r.checkpoint_step}" + (
+        f", skip {r.skip[0]}-{r.skip[1]}" if r.skip is not None else ""
+    )
+    out.append(
+        f'<text class="recovery-label" x="{xx + 4:.1f}" y="{y0 + 12 + 12 * ((r.attempt - 2) % 3)}">{_t(text)}</text>'
+    )
+    out.append("</g>")
+    return "".join(out)
 
 
 def _line(
