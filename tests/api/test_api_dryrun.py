@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from api_helpers import Receiver, make_env, serving
@@ -225,3 +226,51 @@ async def test_a_text_log_under_an_allowed_root(tmp_path: Path, receiver: Receiv
         r = await client.post("/api/v1/dry-run", json=body)
         assert r.status_code == 400 and "no wildcards" in r.json()["errors"][0]
     assert receiver.requests == []
+
+
+RECOVER_RULES = """\
+notifiers:
+  back: {type: recover, rollback: 5%s}
+route: {receivers: [back]}
+rules:
+  - {name: loss_nan, metric: train/loss, condition: nonfinite}
+"""
+
+
+async def test_recoveries_say_the_checkpoint_and_the_skipped_updates(tmp_path: Path) -> None:
+    env = make_env(tmp_path)
+    root, outside = tmp_path / "allowed", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    run = [{**s, "step": i} for i, s in enumerate(samples([1.0] * 40 + ["NaN"] + [1.0] * 5))]
+    (root / "s.jsonl").write_text("".join(json.dumps(s) + "\n" for s in run))
+    entries = [
+        {"step": k, "path": f"/out/checkpoint-{k}", "time": T0 + k, "finite": True, "saved": True} for k in (10, 20, 30)
+    ]
+    (root / "alertd-checkpoints.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    (outside / "alertd-checkpoints.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    service = Service([str(env.rules)], state=env.state)
+    async with serving(service, dry_run_roots=[str(root)]) as client:
+
+        async def post(extra: str = "") -> dict[str, Any]:
+            body = {"rules": RECOVER_RULES % extra, "source": {"type": "samples", "path": "s.jsonl"}, "plot": True}
+            r = await client.post("/api/v1/dry-run", json=body)
+            assert r.status_code == 200, r.text
+            return dict(r.json())
+
+        out = await post()
+        (got,) = out["recoveries"]
+        assert (got["notifier"], got["rule"], got["step"], got["run"]) == ("back", "loss_nan", 40, "r1")
+        assert (got["refused"], got["give_up"]) == (None, False)
+        plan = got["plan"]
+        assert (plan["checkpoint"], plan["checkpoint_step"], plan["skip"], plan["lr_factor"]) == (
+            "/out/checkpoint-30",
+            30,
+            [31, 41],
+            0.5,
+        )
+        svg = out["plots"][0]["svg"]
+        assert 'class="recovery-checkpoint"' in svg and 'data-from="31" data-to="41"' in svg
+        refused = (await post(f", checkpoints: {outside}"))["recoveries"][0]
+        assert refused["plan"] is None and "outside the allowed directories" in refused["refused"]
+        assert (await post(f", checkpoints: {root}"))["recoveries"][0]["plan"]["checkpoint_step"] == 30

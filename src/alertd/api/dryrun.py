@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter
 
-from alertd.actions.config import action_receivers
+from alertd.actions.config import RecoverConfig, action_receivers
 from alertd.api.models import MAX_TIME
 from alertd.config import Config
 from alertd.config.merge import _merge
@@ -30,10 +30,13 @@ from alertd.dispatch.plan import PlanState, plan
 from alertd.dispatch.routes import Route
 from alertd.dryrun import named_root_run, replay, transition_json
 from alertd.errors import ConfigError, Problem, SourceError
+from alertd.integrations.ledger import LEDGER_NAME, ledger_path
+from alertd.integrations.ledger import read as read_ledger
 from alertd.model import Notification, Sample, Transition, format_time
 from alertd.plot.build import figure, runs_in
 from alertd.plot.svg import figure_svg
 from alertd.rules.evaluate import RuleSet
+from alertd.runs.recovery_replay import Replayed, replay_recoveries, route_receivers
 from alertd.sources.config import SourceConfig
 from alertd.sources.registry import build_source
 from alertd.sources.samples import SampleLineError, parse_sample, parse_time, read_samples
@@ -68,9 +71,11 @@ class DryRunJob:
     until: float | str | None = None
     plot: bool = False
     """Also draw each run (at most `MAX_PLOTS`) as an SVG: its series and where each rule was pending/firing."""
+    roots: Sequence[str] = ()
+    """The allowed directories: a `recover` notifier's checkpoint ledger is read only from under them."""
 
     def run(self) -> dict[str, Any]:
-        """The transitions and would-be notifications, as the JSON response."""
+        """The transitions, would-be notifications and recoveries, as the JSON response."""
         config = rules_from_text(self.rules)
         until = _until(self.until)
         samples = self._inline()
@@ -78,17 +83,30 @@ class DryRunJob:
             samples += self._from_source(*self.source)
         transitions = list(replay(RuleSet(config.rules), samples, config.buffer, until, config.stall_after))
         notes = would_send(config, transitions, until)
+        recoveries = would_recover(config, transitions, self._ledger_dir, self.roots)
         out: dict[str, Any] = {
             "samples": len(samples),
             "transitions": [transition_json(t) for t in transitions],
             "notifications": [notification_json(n) for n in notes],
+            "recoveries": [r.as_json() for r in recoveries],
         }
         if self.plot:
             out["plots"] = [
-                {"source": src, "run": run, "svg": figure_svg(figure(samples, transitions, src, run))}
+                {
+                    "source": src,
+                    "run": run,
+                    "svg": figure_svg(figure(samples, transitions, src, run, recoveries=recoveries)),
+                }
                 for src, run in runs_in(samples)[:MAX_PLOTS]
             ]
         return out
+
+    @property
+    def _ledger_dir(self) -> str | None:
+        """Where a `recover` notifier without `checkpoints:` finds the ledger: a samples file's directory."""
+        if self.source is not None and self.source[0] == "samples":
+            return os.path.dirname(self.source[1])
+        return None
 
     def _inline(self) -> list[Sample]:
         out, errors = [], []
@@ -242,6 +260,39 @@ def would_send(config: Config, transitions: Sequence[Transition], until: float |
                 break
             state, next_run = _step(state, (), route, inhibit, actions, next_run, out)
     return out
+
+
+def would_recover(
+    config: Config, transitions: Sequence[Transition], default_dir: str | None, roots: Sequence[str]
+) -> list[Replayed]:
+    """What the `recover` notifiers would have done (`alertd.runs.recovery_replay`): each one's ledger read from
+    its `checkpoints:` directory, else `default_dir`, and only from under `roots`."""
+    recover = {name: n for name, n in config.notifiers.items() if isinstance(n, RecoverConfig)}
+    if not recover:
+        return []
+    read: dict[str, list[dict[str, Any]] | str] = {}
+
+    def ledger(notifier: str, source: str, run: str) -> list[dict[str, Any]] | str:
+        where = recover[notifier].checkpoints or default_dir
+        if where is None:
+            return "no checkpoint ledger: give the notifier checkpoints: DIR (under an allowed directory)"
+        if where not in read:
+            read[where] = _read_ledger(where, roots)
+        return read[where]
+
+    policies = {name: n.policy() for name, n in recover.items()}
+    return replay_recoveries(transitions, route_receivers(config.route.to_route()), policies, ledger)
+
+
+def _read_ledger(where: str, roots: Sequence[str]) -> list[dict[str, Any]] | str:
+    """The ledger's entries in directory `where`, or why none are read (outside the allowed directories)."""
+    try:
+        path = resolve_under(ledger_path(where), roots)
+    except DryRunError as exc:
+        return f"the checkpoint ledger in {where} is not read: {exc.errors[0]}"
+    if not os.path.isfile(path):
+        return f"no checkpoint ledger at {ledger_path(where)}"
+    return read_ledger(os.path.dirname(path)) if os.path.basename(path) == LEDGER_NAME else []
 
 
 def _step(

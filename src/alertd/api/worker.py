@@ -270,7 +270,7 @@ def work(job: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
             source = (kind, resolve_under(path, roots))
             refuse_links_out(source[1], roots)
         result = DryRunJob(
-            job["rules"], job.get("samples") or [], source, job.get("until"), bool(job.get("plot"))
+            job["rules"], job.get("samples") or [], source, job.get("until"), bool(job.get("plot")), roots
         ).run()
         body = DryRunOut.model_validate(result).model_dump_json(exclude_none=True).encode()
         return {"status": 200}, body

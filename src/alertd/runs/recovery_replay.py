@@ -60,13 +60,17 @@ class Replayed:
             "plan": plan.as_json(self.run, self.time) if plan is not None else None,
             "refused": out.why if isinstance(out, NoPlan) else None,
             "give_up": isinstance(out, NoPlan) and out.give_up,
+            "summary": self.summary(),
         }
+
+    def summary(self) -> str:
+        """The plan in words (`Plan.describe`), or `REFUSED: why` / `GAVE UP: why`."""
+        out = self.outcome
+        return out.describe() if isinstance(out, Plan) else f"{'GAVE UP' if out.give_up else 'REFUSED'}: {out.why}"
 
     def text(self) -> str:
         """The indented line under the transition's in text output."""
-        out = self.outcome
-        said = out.describe() if isinstance(out, Plan) else f"{'GAVE UP' if out.give_up else 'REFUSED'}: {out.why}"
-        return f"  -> recover {self.notifier}: {said}"
+        return f"  -> recover {self.notifier}: {self.summary()}"
 
 
 def route_receivers(route: Route) -> ReceiversOf:

@@ -242,8 +242,34 @@
         { id: "run-alerts" },
         h("h2", {}, "Alerts on this run"),
         table(["severity", "state", "rule", "since", "value", "step", "summary", ""], alertRows(mine, false), "None pending or firing.")
+      ),
+      h(
+        "section",
+        { id: "run-actions" },
+        h("h2", {}, "Actions on this run"),
+        table(["time", "action", "notifier", "rule", "step", "LR", "checkpoint", "what happened"], actionRows(info ? info.actions || [] : []), "No action has acted on this run.")
       )
     );
+  }
+
+  function actionRows(actions) {
+    return actions
+      .slice()
+      .reverse() // newest first
+      .map((a) =>
+        h(
+          "tr",
+          { "data-action": a.action, "data-notifier": a.notifier, "data-refused": a.refused === null || a.refused === undefined ? "false" : "true" },
+          h("td", {}, a.time ? ago(a.time) : ""),
+          h("td", {}, a.action),
+          h("td", {}, a.notifier),
+          h("td", {}, a.rule),
+          h("td", {}, a.step === null || a.step === undefined ? "" : String(a.step)),
+          h("td", {}, a.old_lr !== null && a.old_lr !== undefined && a.new_lr !== null && a.new_lr !== undefined ? `${a.old_lr} -> ${a.new_lr}` : ""),
+          h("td", {}, a.checkpoint || ""),
+          h("td", { class: a.refused ? "state-firing" : "" }, a.summary)
+        )
+      );
   }
 
   // -- silences -------------------------------------------------------------------------------------
@@ -435,9 +461,30 @@
             h("td", {}, value(t.value))
           )
         );
+        const recoveries = (res.recoveries || []).map((r) =>
+          h(
+            "tr",
+            {
+              "data-notifier": r.notifier,
+              "data-rule": r.rule,
+              "data-step": r.step === null ? "" : r.step,
+              "data-checkpoint-step": r.plan ? r.plan.checkpoint_step : "",
+              "data-outcome": r.plan ? "plan" : r.give_up ? "gave_up" : "refused",
+            },
+            h("td", {}, r.time),
+            h("td", {}, r.run),
+            h("td", {}, r.rule),
+            h("td", {}, r.step === null ? "" : r.step),
+            h("td", {}, r.notifier),
+            h("td", { class: r.plan ? "" : "state-firing" }, r.summary || r.refused || "")
+          )
+        );
         out.replaceChildren(
           h("p", {}, `${res.samples} samples replayed, ${res.transitions.length} transitions.`),
           ...(res.plots || []).map((p) => h("section", { class: "figure", "data-run": p.run }, svgNode(p.svg))),
+          ...(recoveries.length
+            ? [h("section", { id: "dry-recoveries" }, h("h2", {}, "Recoveries"), h("p", { class: "note" }, "What each recover notifier would have done: the checkpoint gone back to (dashed line on the chart) and the updates skipped (shaded)."), table(["time", "run", "rule", "step", "notifier", "plan"], recoveries, ""))]
+            : []),
           h("section", {}, h("h2", {}, "Transitions"), table(["time", "state", "rule", "run", "metric", "step", "value"], rows, "No rule fired or was pending."))
         );
       } catch (e) {
