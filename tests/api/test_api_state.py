@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -288,3 +289,48 @@ async def test_runs_lists_each_run_with_its_state_and_end(tmp_path: Path) -> Non
         assert runs["exp1"]["lastStep"] == 10 and runs["exp1"]["endedAt"] is not None
         assert runs["exp2"]["state"] == "running" and runs["exp2"]["reason"] is None
         assert runs["exp2"]["firstStep"] == 7 and runs["exp2"]["writer"] is None
+
+
+async def test_an_action_report_lands_on_its_run_in_runs(tmp_path: Path) -> None:
+    from alertd.actions.inprocess import CommandReport
+    from alertd.actions.recover import RecoverReport
+
+    env = make_env(tmp_path)
+    service = Service([str(env.rules)], state=env.state)
+    async with serving(service) as client:
+        now = time.time()
+        labels = make_labels({"run": "exp1", "source": "runs"})
+        service.ingest([Sample(SeriesKey("train/loss", labels), now, 40, float("nan"))], now)
+        (alert,) = [a for a in service._alerts().values() if a.rule == "loss_nan"]
+        ack = CommandReport("lr_scale", "cut", alert.fingerprint, "loss_nan", acked=True, step=41)
+        ack = replace(ack, old_lr=1e-3, new_lr=5e-4, path="/x/alertd-command.cmd", stamp="1")
+        await service.receivers.report(ack)
+        why = "alertd restarts only a run it started"
+        await service.receivers.report(RecoverReport("back", alert.fingerprint, "loss_nan", refused=why))
+        await service.receivers.report(CommandReport("save", "keep", "no-such-alert", "loss_nan", refused="x"))
+        for i in range(25):  # at most 20 kept, the newest
+            await service.receivers.report(replace(ack, step=100 + i, stamp=str(i)))
+        r = await client.get("/api/v1/runs")
+    (run,) = [x for x in r.json() if x["run"] == "exp1"]
+    actions = run["actions"]
+    assert len(actions) == 20 and [a["step"] for a in actions] == list(range(105, 125))
+    service2 = Service([str(env.rules)], state=tmp_path / "state2")
+    async with serving(service2) as client:
+        now = time.time()
+        service2.ingest([Sample(SeriesKey("train/loss", labels), now, 40, float("nan"))], now)
+        (alert,) = [a for a in service2._alerts().values() if a.rule == "loss_nan"]
+        await service2.receivers.report(replace(ack, fingerprint=alert.fingerprint))
+        await service2.receivers.report(RecoverReport("back", alert.fingerprint, "loss_nan", refused=why))
+        (run,) = [x for x in (await client.get("/api/v1/runs")).json() if x["run"] == "exp1"]
+    first, second = run["actions"]
+    assert (first["action"], first["notifier"], first["rule"], first["refused"]) == (
+        "lr_scale",
+        "cut",
+        "loss_nan",
+        None,
+    )
+    assert (first["step"], first["old_lr"], first["new_lr"], first["acked"]) == (41, 1e-3, 5e-4, True)
+    assert "scaled its LR 0.001 -> 0.0005 at step 41" in first["summary"]
+    assert first["time"].endswith("Z")
+    assert (second["action"], second["refused"], second["phase"]) == ("recover", why, "planned")
+    assert "REFUSED" in second["summary"]

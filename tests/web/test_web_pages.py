@@ -29,8 +29,12 @@ RULES = """
 sources:
   - {{name: tb, type: tensorboard, logdir: "{logdir}", interval: 0.2s}}
   - {{name: gpu, type: nvml, interval: 1s}}
-notifiers: {{console: {{type: log}}}}
-route: {{receivers: [console], group_wait: 0s, repeat_interval: 4h}}
+notifiers: {{console: {{type: log}}, back: {{type: recover}}}}
+route:
+  receivers: [console]
+  group_wait: 0s
+  repeat_interval: 4h
+  routes: [{{matchers: ['alertname="loss_not_finite"'], receivers: [console, back]}}]
 rules:
   - {{name: loss_not_finite, metric: ["*loss"], condition: nonfinite, severity: critical,
       annotations: {{summary: "{{{{ metric }}}} is {{{{ value }}}} at step {{{{ step }}}}"}}}}
@@ -38,6 +42,14 @@ rules:
 """
 
 DRY_RULES = """rules:
+  - {name: loss_not_finite, metric: ["*loss"], condition: nonfinite, severity: critical}
+"""
+
+
+RECOVER_RULES = """notifiers:
+  back: {type: recover, rollback: 5}
+route: {receivers: [back]}
+rules:
   - {name: loss_not_finite, metric: ["*loss"], condition: nonfinite, severity: critical}
 """
 
@@ -238,6 +250,51 @@ def test_the_dry_run_page_shows_the_rule_firing_at_the_step_of_the_data(page: An
     span = page.locator('#dry-result g.panel[data-metric="train/loss"] rect.span.firing')
     assert span.get_attribute("data-step") == "30"
     shot(page, "dry-run")
+
+
+def test_the_run_page_lists_what_the_actions_did(page: Any, site: dict[str, Any]) -> None:
+    login(page, site["base"])
+    page.locator('#runs a:text-is("exp1")').first.click()
+    row = page.locator('#run-actions tr[data-action="recover"][data-notifier="back"]')
+    row.first.wait_for(timeout=20_000)  # alertd runs no `exec` here: the recovery is refused, and said so
+    assert row.first.get_attribute("data-refused") == "true"
+    assert "REFUSED: alertd restarts only a run it started" in row.first.inner_text()
+    (run,) = [r for r in _get(site["base"] + "/api/v1/runs") if r["run"] == "exp1"]
+    assert run["actions"][-1]["action"] == "recover" and run["actions"][-1]["notifier"] == "back"
+    shot(page, "run-actions")
+
+
+def test_the_dry_run_page_shows_the_recovery_plan(page: Any, site: dict[str, Any]) -> None:
+    rec = site["recorded"] / "rec"
+    rec.mkdir(exist_ok=True)
+    t0 = time.time() - 3600
+    with (rec / "run.jsonl").open("w") as f:
+        for step in range(60):
+            value = "NaN" if step == 40 else 3.0 * math.exp(-step / 20) + 0.3
+            line = {"metric": "train/loss", "labels": {"run": "r1"}, "time": t0 + step, "step": step, "value": value}
+            f.write(json.dumps(line) + "\n")
+    ledger = [
+        {"step": s, "path": f"/out/checkpoint-{s}", "time": t0 + s, "finite": True, "saved": True} for s in (10, 20, 30)
+    ]
+    (rec / "alertd-checkpoints.jsonl").write_text("".join(json.dumps(e) + "\n" for e in ledger))
+    login(page, site["base"], "/ui/dry-run")
+    page.locator("select#source").wait_for()
+    page.locator("#rules").fill(RECOVER_RULES)
+    page.locator("select#source").select_option(label=f"samples: {rec / 'run.jsonl'}")
+    page.get_by_role("button", name="Run").click()
+    row = page.locator('#dry-recoveries tr[data-notifier="back"]')
+    row.wait_for(timeout=30_000)
+    assert row.get_attribute("data-checkpoint-step") == "30" and row.get_attribute("data-step") == "40"
+    assert "attempt 2: back to /out/checkpoint-30 (step 30), updates 31-41 skipped, LR x0.5" in row.inner_text()
+    panel = page.locator('#dry-result g.panel[data-metric="train/loss"]')
+    mark = panel.locator('g.recovery[data-notifier="back"]')
+    assert mark.locator("line.recovery-checkpoint").get_attribute("data-step") == "30"
+    band = mark.locator("rect.recovery-skip")
+    assert (band.get_attribute("data-from"), band.get_attribute("data-to")) == ("31", "41")
+    assert "back to 30" in mark.locator("text.recovery-label").text_content()
+    line, box = mark.locator("line.recovery-checkpoint").bounding_box(), band.bounding_box()
+    assert line is not None and box is not None and line["x"] < box["x"]  # the checkpoint before the skipped updates
+    shot(page, "dry-run-recovery")
 
 
 def test_a_phone_and_the_keyboard_alone_are_enough(browser: Any, site: dict[str, Any]) -> None:

@@ -76,6 +76,21 @@ class CommandReport:
             return f"{head}the trainer skipped the update of step {self.step}"
         return f"{head}the trainer saved {self.checkpoint} at step {self.step}"
 
+    def as_json(self) -> dict[str, object]:
+        """For `/api/v1/runs` and the run page: the trainer's acknowledgement (or why there was none)."""
+        return {
+            "action": self.action,
+            "notifier": self.notifier,
+            "rule": self.rule,
+            "acked": self.acked,
+            "step": self.step,
+            "old_lr": self.old_lr,
+            "new_lr": self.new_lr,
+            "checkpoint": self.checkpoint or None,
+            "refused": self.refused,
+            "summary": self.summary(),
+        }
+
 
 class InProcessNotifier:
     """Writes the command of its type (`lr_scale`, `skip_step`, `save`) for each newly firing alert's run, then

@@ -212,6 +212,11 @@ class RunOut(BaseModel):
     firstSample: str | None
     lastSample: str | None
     endedAt: str | None
+    actions: list[dict[str, Any]] = Field(default_factory=list)
+    """What the actions did about the run, oldest first, the newest 20: `action`, `notifier`, `rule`, `refused`
+    (why not, or null), `summary`, `time` (RFC 3339), and the report's own fields where it has them (lr_scale,
+    skip_step, save: `acked`, `step`, `old_lr`, `new_lr`, `checkpoint`; recover: `phase`, `attempt`, `plan`,
+    `checkpoint`, `step`, `old_lr`, `new_lr`)."""
 
 
 class SeriesOut(BaseModel):
@@ -371,6 +376,11 @@ class DryRunOut(BaseModel):
     samples: int
     transitions: list[TransitionOut]
     notifications: list[NotificationOut]
+    recoveries: list[dict[str, Any]] = Field(default_factory=list)
+    """What each `recover` notifier would have done about each firing it gets, as the `{"recover": ...}` lines of
+    `alertd dry-run --format json` say: notifier, rule, step, run, source, time, `plan` (the plan file's body:
+    attempt, checkpoint, checkpoint_step, skip, lr_factor, incident; null: none), `refused` (why none; null with
+    a plan), `give_up` (the run would have been stopped for good). Plain objects: their nulls are kept."""
     plots: list[PlotOut] | None = None
 
 

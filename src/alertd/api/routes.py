@@ -392,9 +392,16 @@ def _source_routes(api: APIRouter, service: ServiceView) -> None:
                     "firstSample": _time(r.first_time),
                     "lastSample": _time(r.last_time),
                     "endedAt": _time(r.ended_at),
+                    "actions": [_action(a) for a in r.actions],
                 }
             )
         return out
+
+
+def _action(entry: dict[str, object]) -> dict[str, object]:
+    """A run's action report (`alertd.runs.tracker.action_entry`) with its time in RFC 3339."""
+    when = entry.get("time")
+    return {**entry, "time": _time(float(when)) if isinstance(when, int | float) else None}
 
 
 def _series_routes(api: APIRouter, service: ServiceView) -> None:

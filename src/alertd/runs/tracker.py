@@ -48,6 +48,7 @@ from __future__ import annotations
 import enum
 import math
 from array import array
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +69,8 @@ TensorBoard and W&B, `train_runtime` in its printed dict and in MLflow)."""
 MARKERS = frozenset({STARTED, FINISHED, CRASHED, EXIT_CODE, STOPPED})
 DERIVED = frozenset({STALLED, END})
 MAX_RUNS = 10_000
+MAX_ACTIONS = 20
+"""Action reports kept per run (`Run.actions`), the newest."""
 """Runs tracked at most; the oldest ended ones are forgotten first."""
 _FAST_MIN = 32
 """Samples in one `observe` from which it tries the column-wise path (`_observe_progress`)."""
@@ -138,6 +141,9 @@ class Run:
     recovery: dict[str, object] | None = None
     """alertd exec's recovery of it: `attempt` (the attempt running or planned), `plan` (in words),
     `recovering` (stopped, to start again as the plan says)."""
+    actions: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=MAX_ACTIONS))
+    """What the actions did about it (`action_entry`: a kill, a stop file, an LR cut and the trainer's
+    acknowledgement, a recovery...), oldest first, the newest `MAX_ACTIONS`."""
     _crashed: bool = field(default=False, repr=False)
 
     @property
@@ -175,7 +181,28 @@ class Run:
             "first_time": self.first_time if math.isfinite(self.first_time) else None,
             "last_time": self.last_time if math.isfinite(self.last_time) else None,
             "ended_at": self.ended_at,
+            "actions": list(self.actions),
         }
+
+
+def action_entry(report: Any, now: float) -> dict[str, object]:
+    """An action's report (`alertd.dispatch.announce.ActionReport`) as a run shows it: action, notifier, rule,
+    refused, summary, time (epoch seconds, `now`), and the report's own fields where it has `as_json()` (the
+    trainer's acknowledgement: step, old and new LR, checkpoint; a recovery's attempt and plan)."""
+    entry: dict[str, object] = {
+        "action": str(report.action),
+        "notifier": str(report.notifier),
+        "rule": str(report.rule),
+        "refused": report.refused,
+        "summary": str(report.summary()),
+        "time": now,
+    }
+    own = getattr(report, "as_json", None)
+    if callable(own):
+        body = own()
+        if isinstance(body, dict):
+            entry |= {str(k): v for k, v in body.items() if k not in entry}
+    return entry
 
 
 class RunTracker:
@@ -272,6 +299,10 @@ class RunTracker:
         r.exit_code = status
         self._end(r, reason, now, out, say_finished=r.state is not RunState.ENDED)
         return out
+
+    def acted(self, source: str, run: str, entry: dict[str, object]) -> None:
+        """An action's report about the run (`action_entry`), kept with the newest `MAX_ACTIONS`."""
+        self._run(source, run).actions.append(entry)
 
     def recovering(self, source: str, run: str, attempt: int, plan: str) -> None:
         """alertd exec stopped the run to start it again as `plan` says, as attempt `attempt`: `recovering` until

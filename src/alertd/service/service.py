@@ -28,11 +28,11 @@ from alertd.dispatch.dispatcher import Dispatcher
 from alertd.dispatch.outbox import Outbox, state_dir
 from alertd.dispatch.silences import SilenceStore
 from alertd.errors import ConfigError
-from alertd.model import Alert, Sample, Transition
+from alertd.model import Alert, Sample, Transition, TransitionKind
 from alertd.notify.base import Notifier
 from alertd.rules.carry import carry_over
 from alertd.rules.evaluate import PairKey, RuleSet
-from alertd.runs.tracker import RunTracker
+from alertd.runs.tracker import RunTracker, action_entry
 from alertd.service.child import ChildRun
 from alertd.service.delivery import Deliveries
 from alertd.service.engine import Engine, log, log_evaluation, log_restarts, log_warnings
@@ -207,8 +207,22 @@ class Service:
     async def _announce(self, report: ActionReport) -> None:
         assert self.dispatcher is not None
         alerts = self.engine.state.alerts(self.engine.ruleset.rules)
-        announce(report, self.dispatcher, self.config.notifiers, alerts, self.transition_log, self.clock.now())
+        now = self.clock.now()
+        self._on_its_run(report, alerts, now)
+        announce(report, self.dispatcher, self.config.notifiers, alerts, self.transition_log, now)
         self.deliveries.wake()
+
+    def _on_its_run(self, report: ActionReport, alerts: list[Alert], now: float) -> None:
+        """Keep the report on the run its alert is about (the alert's `source` and `run` labels; the alert as it
+        fired when it has resolved meanwhile): `GET /api/v1/runs`' `actions` and the run page show it."""
+        alert: Alert | Transition | None = next((a for a in alerts if a.fingerprint == report.fingerprint), None)
+        if alert is None:
+            fired = (t for t in reversed(self.transition_log) if t.state is TransitionKind.FIRING)
+            alert = next((t for t in fired if t.fingerprint == report.fingerprint), None)
+        labels = dict(alert.labels) if alert is not None else {}
+        source, run = labels.get("source"), labels.get("run")
+        if source is not None and run is not None:
+            self.engine.runs.acted(source, run, action_entry(report, now))
 
     # samples, evaluation, plans
 
