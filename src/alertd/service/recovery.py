@@ -179,6 +179,10 @@ class ExecRecovery:
     async def recover(self, cfg: RecoverConfig, alert: Transition, report: RecoverReport, emit: Emit) -> None:
         """Plan a recovery for `alert` and stop the child for it (see the module's documentation)."""
         child = self._child()
+        if self._acting_on == self.attempt or self.pending is not None:
+            # Another alert of the same incident (the loss and the grad norm both NaN): one recovery an attempt.
+            log.info("recover: %s on attempt %d: a recovery of it is under way already", alert.rule, self.attempt)
+            return
         try:
             self._check(alert, child)
         except _Refused as exc:
@@ -217,8 +221,6 @@ class ExecRecovery:
     def _check(self, alert: Transition, child: ChildRun | None) -> None:
         if child is None or child.identity() is None:
             raise _Refused("no child running (between attempts, or it has ended)")
-        if self._acting_on == self.attempt or self.pending is not None:
-            raise _Refused(f"a recovery of attempt {self.attempt} is under way already")
         labels = dict(alert.labels)
         attempt = labels.get("attempt")
         if attempt is not None and attempt != str(self.attempt):
