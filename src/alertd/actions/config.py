@@ -281,9 +281,11 @@ class RecoverConfig(Strict):
     `backoff` after it ended. At most `max_attempts` recoveries; the next incident, or one whose attempt's
     output showed an event of `give_up_on`, stops the run for good and is reported (the page). `checkpoints`:
     the ledger's directory (default: `exec: {checkpoints}`, else where the child's callbacks said it is). The
-    stop: the stop file at once, SIGINT `wait` later if the child still runs, SIGTERM `grace` after that."""
+    stop: the stop file at once, SIGINT `wait` later if the child still runs, SIGTERM `grace` after that.
+    `target`: `child` (alertd exec's child) or `slurm` (the Slurm job tied to the alert's run, requeued)."""
 
     type: Literal["recover"]
+    target: Literal["child", "slurm"] = "child"
     rollback: int = Field(default=0, ge=0)
     skip: int | None = Field(default=None, ge=0)
     lr_scale: float = Field(default=0.5, gt=0, le=1, allow_inf_nan=False)

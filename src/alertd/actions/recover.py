@@ -1,7 +1,8 @@
 """The `recover` notifier: roll the run back to its last good checkpoint and go on, under alertd exec.
 
 For each alert that turns FIRING (once per firing: `Firings`), the notifier hands the incident to the run's
-supervisor (`Supervisor`: alertd exec, `alertd.service.recovery`), which proves the alert is its child's, plans
+supervisor (`Supervisor`: alertd exec's for `target: child`, `alertd.service.recovery`; the service's for
+`target: slurm`, `alertd.service.slurm_recovery`), which proves the alert is its child's, plans
 the recovery (`alertd.runs.recovery`), writes the plan, stops the child without a poisoned save and starts it
 again. Each step is one `RecoverReport`: the plan made (or why none: refused, or given up, which stops the run
 for good), and later what the new attempt's trainer acknowledged (the checkpoint it resumed from, its step, its
@@ -83,7 +84,7 @@ Emit = Callable[[RecoverReport], Awaitable[None]]
 
 
 class Supervisor(Protocol):
-    """What restarts the run: alertd exec (`alertd.service.recovery.ExecRecovery`)."""
+    """What restarts the run: alertd exec (`alertd.service.recovery.ExecRecovery`), or Slurm (`scontrol requeue`)."""
 
     async def recover(self, cfg: RecoverConfig, alert: Transition, report: RecoverReport, emit: Emit) -> None:
         """Act on `alert` as `cfg` says; every report (the first at once, the acknowledgement later) to `emit`."""
@@ -98,7 +99,7 @@ class RecoverNotifier:
         name: str,
         cfg: RecoverConfig,
         *,
-        supervisor: Callable[[], Supervisor | None] | None = None,
+        supervisor: Callable[[RecoverConfig], Supervisor | None] | None = None,
         report: Callable[[RecoverReport], Awaitable[None]] | None = None,
     ) -> None:
         self.name = name
@@ -113,9 +114,11 @@ class RecoverNotifier:
         for alert in self._acted.fresh(notification, log, f"recover {self.name}"):
             self._acted.add(alert.firing_id)
             base = RecoverReport(self.name, alert.fingerprint, alert.rule, stamp=f"{alert.since:.3f}")
-            supervisor = self._supervisor() if self._supervisor is not None else None
+            supervisor = self._supervisor(self.cfg) if self._supervisor is not None else None
             if supervisor is None:
                 why = "alertd restarts only a run it started: run the training under `alertd exec -- ...`"
+                if self.cfg.target == "slurm":
+                    why = "no Slurm supervisor here (target: slurm needs the service, not a test harness)"
                 await self._reports.emit(replace(base, refused=why))
                 continue
             await supervisor.recover(self.cfg, alert, base, self._reports.emit)

@@ -25,7 +25,7 @@ class Notifiers:
     """The notifiers of the configuration in force, by name.
 
     `exec_mode`: a `kill` without a `target` acts on alertd exec's child (`child()`: its pid and start time).
-    `supervisor()`: what restarts the run for a `recover` (alertd exec's), None when nothing can.
+    `supervisor(cfg)`: what restarts the run for a `recover` (alertd exec's, or Slurm's), None when nothing can.
     `report(report)` is what the service does with an action's report (`announce`).
     """
 
@@ -36,7 +36,7 @@ class Notifiers:
         *,
         exec_mode: bool = False,
         console: TextIO | None = None,
-        supervisor: Callable[[], Supervisor | None] | None = None,
+        supervisor: Callable[[RecoverConfig], Supervisor | None] | None = None,
     ) -> None:
         self.writers = writers
         self._supervisor = supervisor
@@ -89,7 +89,7 @@ class Notifiers:
             kwargs["claims"] = self.writers.claims  # ... when the alert's data is the writer's own
             kwargs["slurm_sources"] = self._slurm_sources  # the only sources whose slurm_job_id label counts
         elif isinstance(cfg, RecoverConfig):
-            kwargs["supervisor"] = self._supervisor  # alertd exec's, which restarts its child
+            kwargs["supervisor"] = self._supervisor  # alertd exec's (its child), or the service's (Slurm jobs)
         elif isinstance(cfg, LogConfig) and self.console is not None:
             kwargs["stream"] = self.console
         if cfg.type in ACTION_TYPES:  # every action reports what it did

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from alertd.actions.config import RecoverConfig
 from alertd.actions.recover import Supervisor
 from alertd.buffer import SeriesBuffer
 from alertd.clock import Clock, SystemClock
@@ -82,12 +83,14 @@ class Service:
         self.child: ChildRun | None = None
         self.recovery: Supervisor | None = None
         """alertd exec's supervisor of the `recover` notifiers (`alertd.service.recovery`); None otherwise."""
+        self.slurm_recovery: Supervisor | None = None
+        """The supervisor of the `recover` notifiers with `target: slurm` (`alertd.service.slurm_recovery`)."""
         self.receivers = Notifiers(
             self.writer_checks.registry,
             self._child,
             exec_mode=exec_mode,
             console=console,
-            supervisor=lambda: self.recovery,
+            supervisor=self._supervisor_for,
         )
         self.receivers.report = self._announce
         self.deliveries = Deliveries(self._alerts, self.clock.now)
@@ -200,6 +203,17 @@ class Service:
         task = asyncio.get_running_loop().create_task(work, name=name)
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
+
+    def _supervisor_for(self, cfg: RecoverConfig) -> Supervisor | None:
+        """What restarts the run for a `recover` notifier: alertd exec's (target child), the Slurm one (made on
+        first use)."""
+        if cfg.target == "child":
+            return self.recovery
+        if self.slurm_recovery is None:
+            from alertd.service.slurm_recovery import SlurmRecovery
+
+            self.slurm_recovery = SlurmRecovery(self)
+        return self.slurm_recovery
 
     def _child(self) -> tuple[int, int] | None:
         return self.child.identity() if self.child is not None else None
