@@ -1,7 +1,7 @@
 """Benchmark of `recover` under `alertd exec`: from a NaN to the first step of the resumed run, and the work lost.
 
 Run as `python bench/bench_recover.py`. Each trial runs the real Hugging Face Trainer of
-`tests/exec/recover_hf_child.py` (one-layer GPT-2, 60 steps of at least 50 ms, `save_steps=10,
+`examples/recover/hf_train.py` (one-layer GPT-2, 60 steps of at least 50 ms, `save_steps=10,
 save_total_limit=1`, the loss of update 40 NaN) under `alertd exec` with a `recover` notifier fed by the
 callbacks' samples file. From the samples file and alertd's log:
 
@@ -29,7 +29,8 @@ from datetime import datetime
 from pathlib import Path
 
 TRIALS = int(os.environ.get("BENCH_RECOVER_TRIALS", "5"))
-CHILD = Path(__file__).resolve().parents[1] / "tests" / "exec" / "recover_hf_child.py"
+CHILD = Path(__file__).resolve().parents[1] / "examples" / "recover" / "hf_train.py"
+ARGS = ["--nan-at", "40", "--pace", "0.05"]
 INTERVAL = 10
 RULES = """
 sources:
@@ -69,7 +70,7 @@ def trial(tmp: Path, i: int) -> tuple[float, float, float, float, int]:
     rules.write_text(RULES.format(samples=out / "alertd-samples.jsonl"))
     cmd = [sys.executable, "-m", "alertd", "exec", "--rules", str(rules), "--state-dir", str(tmp / f"s{i}")]
     done = subprocess.run(
-        [*cmd, "--", sys.executable, str(CHILD), str(out), "once"], capture_output=True, text=True, timeout=600
+        [*cmd, "--", sys.executable, str(CHILD), str(out), *ARGS], capture_output=True, text=True, timeout=600
     )
     if done.returncode != 0:
         raise SystemExit(f"bench_recover: trial {i} failed:\n{done.stderr[-3000:]}")
@@ -90,7 +91,7 @@ def bare(tmp: Path, i: int) -> float:
     """Seconds from a bare start of the trainer to its first step."""
     out = tmp / f"bare{i}"
     t0 = time.time()
-    child = [sys.executable, str(CHILD), str(out), "once"]
+    child = [sys.executable, str(CHILD), str(out), *ARGS]
     proc = subprocess.Popen(child, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while True:

@@ -21,7 +21,9 @@ import pytest
 from alertd.integrations.ledger import read as read_ledger
 from alertd.testing.receiver import Receiver
 
-HERE = Path(__file__).resolve().parent
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "recover"
+PACE = ["--pace", "0.05"]
+"""Each step as long as 50 ms at least, as a real one: alertd acts within a few of them."""
 RULES = """
 sources:
   - {{name: train, type: samples, path: "{samples}", interval: 0.2s}}
@@ -107,9 +109,9 @@ def printed_lrs(stdout: str) -> list[set[float]]:
 FRAMEWORKS = {
     # child script, the checkpoint resumed from, the updates skipped (through the one after the incident's
     # step), the step the samples give update u: HF gives update 40's loss step 40, Lightning and the loop 39.
-    "hf": ("recover_hf_child.py", "checkpoint-30", (31, 41), 0),
-    "lightning": ("recover_lightning_child.py", "ckpt/epoch=0-step=30.ckpt", (31, 40), 1),
-    "torch": ("recover_torch_child.py", "alertd-step=30.pt", (31, 40), 1),
+    "hf": ("hf_train.py", "checkpoint-30", (31, 41), 0),
+    "lightning": ("lightning_train.py", "ckpt/epoch=0-step=30.ckpt", (31, 40), 1),
+    "torch": ("loop_train.py", "alertd-step=30.pt", (31, 40), 1),
 }
 
 
@@ -120,7 +122,7 @@ def test_a_real_run_with_a_nan_at_update_40_is_rolled_back_and_runs_to_its_end(
     pytest.importorskip({"hf": "transformers", "lightning": "lightning", "torch": "torch"}[framework])
     script, resumed, (first_skip, last_skip), before = FRAMEWORKS[framework]
     out = tmp_path / "out"
-    done = run(tmp_path, receiver, [sys.executable, str(HERE / script), str(out), "once"])
+    done = run(tmp_path, receiver, [sys.executable, str(EXAMPLES / script), str(out), "--nan-at", "40", *PACE])
     assert done.returncode == 0, done.stderr[-4000:]
     lines = done.stdout.splitlines()
     assert [line for line in lines if line.startswith("attempt=")] == [
@@ -156,7 +158,7 @@ def test_a_fault_no_rollback_gets_past_gives_up_after_max_attempts_with_a_page(
 ) -> None:
     pytest.importorskip("transformers")
     out = tmp_path / "out"
-    child = [sys.executable, str(HERE / "recover_hf_child.py"), str(out), "always"]
+    child = [sys.executable, str(EXAMPLES / "hf_train.py"), str(out), "--nan-from", "40", *PACE]
     done = run(tmp_path, receiver, child, max_attempts=2)
     starts = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("attempt=")]
     assert starts == ["attempt=1", "attempt=2", "attempt=3"], done.stderr[-4000:]
@@ -207,7 +209,7 @@ def test_an_alertd_sigkilled_during_a_recovery_starts_the_planned_attempt_once(
     tmp_path: Path, receiver: Receiver
 ) -> None:
     out = tmp_path / "out"
-    child = [sys.executable, str(HERE / "recover_torch_child.py"), str(out), "once"]
+    child = [sys.executable, str(EXAMPLES / "loop_train.py"), str(out), "--nan-at", "40", *PACE]
     cmd = exec_cmd(tmp_path, receiver, child, backoff="60s")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     assert proc.stderr is not None and proc.stdout is not None
