@@ -4,7 +4,8 @@ A one-layer GPT-2 built from a config (nothing is downloaded), 60 steps on rando
 steps (`save_total_limit=1`), `AlertdCallback()`, and the one line a script changes for `recover`:
 `trainer.train(resume_from_checkpoint=resume_from())`. Run it under alertd:
 
-    alertd exec --rules examples/recover/recover.yaml -- python examples/recover/hf_train.py .state/recover --nan-at 40
+    alertd exec --rules examples/recover/recover.yaml -- \
+        python examples/recover/hf_train.py .state/recover --nan-at 40 --pace 0.05
 
 `--nan-at N` makes the loss of update N NaN, as a bad batch would; `--nan-from N` of every update from N on (a
 fault no rollback gets past); `--pace S`: each step takes S seconds at least (as long as a real one).

@@ -5,7 +5,7 @@ A linear module, 60 updates of Adam at a constant LR 1e-3, a `ModelCheckpoint` e
 Run it under alertd:
 
     alertd exec --rules examples/recover/recover.yaml -- \
-        python examples/recover/lightning_train.py .state/recover --nan-at 40
+        python examples/recover/lightning_train.py .state/recover --nan-at 40 --pace 0.05
 
 `--nan-at N`: the loss of update N is NaN; `--nan-from N`: of every update from N on; `--pace S`: each step takes S
 seconds at least. Each trained update prints `step=<u> loss=<x> lr=<lr>`.

@@ -6,7 +6,7 @@ the checkpoint a recovery plan names and skips its updates: the loop starts at `
 alertd:
 
     alertd exec --rules examples/recover/recover.yaml -- \
-        python examples/recover/loop_train.py .state/recover --nan-at 40
+        python examples/recover/loop_train.py .state/recover --nan-at 40 --pace 0.05
 
 `--nan-at N`: the loss of update N is NaN; `--nan-from N`: of every update from N on; `--pace S`: each step takes S
 seconds at least. Each trained update prints `step=<u> loss=<x> lr=<lr>`.
