@@ -13,9 +13,10 @@ A mistake raises `ConditionError` (a ValueError): each problem with its place in
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
@@ -27,6 +28,7 @@ from alertd.rules.conditions import (
     Absent,
     Condition,
     Nonfinite,
+    Peers,
     Plateau,
     Spike,
     Threshold,
@@ -220,6 +222,67 @@ class PlateauSpec(ConditionSpec):
 
     def build(self) -> Condition:
         return Plateau(self.patience, self.min_delta, self.mode)
+
+
+@_kind
+class PeersSpec(ConditionSpec):
+    """`{peers: {by: [source, run], stat: median, over: 2m, ratio: '> 1.5'}}`: each series against its group's
+    statistic; `{peers: {by: [source, run], silent: 2m, count: '>= 2'}}`: k of n series silent
+    (`alertd.rules.peers`)."""
+
+    kind = "peers"
+    example = "{peers: {by: [source, run], stat: median, over: 2m, ratio: '> 1.5'}} or {peers: {by: [run], silent: 2m}}"
+    by: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    stat: Literal["max", "min", "avg", "median"] | None = None
+    over: str | int | float | None = None
+    ratio: str | None = None
+    silent: str | int | float | None = None
+    count: str | int = ">= 1"
+
+    def build(self) -> Condition:
+        def fail(option: str, msg: str) -> ConditionError:
+            return ConditionError([((self.kind, option), msg)])
+
+        if len(set(self.by)) != len(self.by):
+            raise fail("by", "a label is named twice")
+        count_op, count = _count(self.count, fail)
+        if (self.ratio is None) == (self.silent is None):
+            raise ConditionError([((self.kind,), "give either ratio (with stat and over) or silent")])
+        if self.silent is not None:
+            for option in ("stat", "over"):
+                if getattr(self, option) is not None:
+                    raise fail(option, f"{option} goes with ratio, not with silent")
+            seconds = _positive(self.silent, "silent", fail)
+            return Peers(tuple(self.by), seconds, True, count_op=count_op, count=count)
+        assert self.ratio is not None
+        if self.over is None:
+            raise fail("over", "ratio needs over: the window each series' values are averaged over, such as 2m")
+        seconds = _positive(self.over, "over", fail)
+        m = _COMPARISON.match(self.ratio)
+        if m is None or not math.isfinite(float(m.group(2))):
+            raise fail("ratio", f"expected a comparison with a number, such as '> 1.5', got {self.ratio[:50]!r}")
+        op, ratio = m.group(1), float(m.group(2))
+        return Peers(tuple(self.by), seconds, False, self.stat or "median", op, ratio, count_op, count)
+
+
+def _positive(text: str | int | float, option: str, fail: Any) -> float:
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise fail(option, str(exc)) from None
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise fail(option, f"{option} needs a duration above zero, such as 2m")
+    return seconds
+
+
+def _count(value: str | int, fail: Any) -> tuple[str, int]:
+    """`count: '>= 2'` (or `2`: at least 2)."""
+    if isinstance(value, int):
+        value = f">= {value}"
+    m = re.fullmatch(r"\s*(>=|<=|==|!=|>|<)\s*(\d+)\s*", value)
+    if m is None:
+        raise fail("count", f"expected a comparison with a whole number, such as '>= 2', got {value[:50]!r}")
+    return m.group(1), int(m.group(2))
 
 
 _COMPARISON = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?[Ii]nf)\s*$")

@@ -12,7 +12,7 @@ from alertd.config.conditions import parse_condition
 from alertd.dispatch.route_config import InhibitRuleConfig, RouteConfig, TimeIntervalConfig
 from alertd.model import make_labels
 from alertd.receivers import NotifierConfig
-from alertd.rules.conditions import Absent, Condition
+from alertd.rules.conditions import Absent, Condition, Peers
 from alertd.rules.expr import Expr
 from alertd.rules.rule import LabelMatcher, Rule
 from alertd.runs.restart import RESTARTABLE, RestartPolicy
@@ -84,6 +84,8 @@ class RuleConfig(Strict):
     def _absent_has_no_consecutive(self) -> RuleConfig:
         if isinstance(self.condition, Absent) and self.consecutive != 1:
             raise ValueError("`consecutive` counts samples; an absent condition has none to count")
+        if isinstance(self.condition, Peers) and self.consecutive != 1:
+            raise ValueError("`consecutive` counts samples; a peers condition is judged per group: use `for`")
         return self
 
     def build(self) -> Rule:

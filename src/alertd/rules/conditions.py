@@ -18,6 +18,7 @@ from typing import Literal, Protocol
 from alertd._np import np
 from alertd.buffer import Series
 from alertd.rules.compare import OPS
+from alertd.rules.peers import Peers
 from alertd.rules.plateau import Plateau
 from alertd.rules.windows import AGGREGATES, Span, WindowAggregate, ZScore
 
@@ -27,6 +28,7 @@ __all__ = [
     "Absent",
     "Condition",
     "Nonfinite",
+    "Peers",
     "Plateau",
     "Span",
     "Spike",

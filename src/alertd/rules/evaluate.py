@@ -43,10 +43,13 @@ from alertd.rules.expr_join import (
     rewound,
     watermark,
 )
+from alertd.rules.peers import Group, instants, judge, next_instant
 from alertd.rules.rule import Rule
 from alertd.rules.state import Track, advance, next_event, set_condition
 
 PairKey = tuple[str, SeriesKey]
+GroupKey = tuple[str, str, tuple[str, ...]]
+"""(peers rule name, metric, the values of its `by` labels)."""
 
 RUN_LIFE = ("run.", "slurm.job.end")
 """Metric names (prefixes) of the series that tell a run's life and how it ended: their alerts (`run_crashed`,
@@ -74,6 +77,9 @@ class EvalState:
     joins: Mapping[JoinKey, Join] | None = None
     """Per (expr rule, run), where its judging stands (None: not known, as after a reload or a restart:
     found again from the buffer)."""
+    peers: Mapping[GroupKey, Group] | None = None
+    """Per (peers rule, group), its members and the instants judged (None: not known, found again from the
+    buffer, each group going on from its newest sample)."""
 
     def active_pairs(self) -> frozenset[PairKey]:
         """The pairs whose track is pending or firing."""
@@ -142,6 +148,7 @@ class RuleSet:
         self.rules = tuple(rules)
         self.by_name = {r.name: r for r in self.rules}
         self.exprs = tuple(r for r in self.rules if r.expr is not None)
+        self.peers = tuple(r for r in self.rules if r.peers is not None)
         self._memo: dict[SeriesKey, tuple[Rule, ...]] = {}
 
     def for_series(self, key: SeriesKey) -> tuple[Rule, ...]:
@@ -179,6 +186,8 @@ class _Run:
         self._key: SeriesKey | None = None
         self.joins: Mapping[JoinKey, Join] = prev.joins or {}
         self._own_joins = in_place and type(prev.joins) is dict
+        self.groups: Mapping[GroupKey, Group] = prev.peers or {}
+        self._own_groups = in_place and type(prev.peers) is dict
 
     def emit(self, tr: Track, kind: TransitionKind, t: float) -> None:
         rule, key = self._rule, self._key
@@ -323,6 +332,61 @@ class _Run:
         if tr.cond or tr.streak >= rule.consecutive:
             set_condition(rule, tr, tr.streak >= rule.consecutive, t, self.emit)
 
+    def peer_group(self, rule: Rule, gk: GroupKey, new: Iterable[SeriesKey], now: float) -> list[PairKey]:
+        """Judge one group of a peers rule at each instant in [judged, now) where it may change
+        (`alertd.rules.peers`), then step its members' alerts through time up to `now`, excluded (a sample at
+        `now` may still come); return the pairs with a track."""
+        cond = rule.peers
+        assert cond is not None
+        old = self.groups.get(gk)
+        keys = sorted({*(old.members if old is not None else ()), *new}, key=lambda k: k.labels)
+        found = [(k, s) for k in keys if (s := self.buffer.get(k)) is not None]
+        if not found:
+            if old is not None:
+                del self._groups_w()[gk]
+            return []
+        members = [s for _, s in found]
+        judged = old.judged if old is not None else -math.inf
+        working: dict[PairKey, Track] = {}
+        ends = [self._finished_at(rule, k) for k, _ in found]
+        inactive = AlertState.INACTIVE
+        for e in instants(cond, members, judged, now):
+            for (key, _), verdict, fin in zip(found, judge(cond, members, e), ends, strict=True):
+                pair = (rule.name, key)
+                holds = verdict is not None and verdict.cond and (fin is None or e < fin)
+                tr = working.get(pair)
+                if tr is None:
+                    prior = self.tracks.get(pair)
+                    if prior is None and not holds:
+                        continue
+                    tr = working[pair] = prior.copy() if prior is not None else Track()
+                self._rule, self._key = rule, key
+                if tr.state is not inactive:
+                    advance(rule, tr, e, fin, self.emit, inclusive=False)
+                if verdict is not None:
+                    tr.value, tr.step, tr.last_time = verdict.value, verdict.step, verdict.last_time
+                tr.time, tr.clock = e, e
+                if tr.cond or holds:
+                    set_condition(rule, tr, holds, e, self.emit)
+        done = Group(tuple(k for k, _ in found), max(judged, now), next_instant(cond, members, now))
+        if done != old:
+            self._groups_w()[gk] = done
+        pairs = []
+        for pair, tr in working.items():
+            self._tracks_w()[pair] = tr
+            self.written.add(pair)
+            self._rule, self._key = rule, pair[1]
+            self._settle(rule, pair, tr, self._finished_at(rule, pair[1]), now, inclusive=False)
+            pairs.append(pair)
+        return pairs
+
+    def _groups_w(self) -> dict[GroupKey, Group]:
+        """The peers groups, to change (copied once, as the tracks)."""
+        if not self._own_groups:
+            self.groups = dict(self.groups)
+            self._own_groups = True
+        return self.groups  # type: ignore[return-value]
+
     def rebuild_joins(self) -> None:
         """The joins found again from the buffer (`find_joins`)."""
         self._joins_w().update(find_joins(self.ruleset, self.buffer, self.tracks))
@@ -330,7 +394,7 @@ class _Run:
     def finish(self, pair: PairKey, now: float) -> None:
         """Apply the time-based changes of a pair without new samples up to `now`."""
         rule = self.ruleset.by_name[pair[0]]
-        inclusive = True
+        inclusive = rule.peers is None  # a peers alert waits for its group's instant `now` (`peer_group`)
         if rule.expr is not None:
             now, inclusive = self._expr_horizon(rule.expr, pair, now)
         tr = self.tracks[pair]
@@ -407,6 +471,8 @@ def evaluate(
     run = _Run(ruleset, buffer, prev, in_place)
     if ruleset.exprs and prev.joins is None and prev.version > 0:
         run.rebuild_joins()
+    if ruleset.peers and prev.peers is None and prev.version > 0:
+        run.groups, run._own_groups = find_groups(ruleset, buffer), True
     touched = _new_samples(run, now)
     _ended_runs(run, touched, now)
     _due_timers(run, touched, now)
@@ -429,6 +495,7 @@ def evaluate(
         frozenset(active),
         frozenset(run.written),
         run.joins,
+        run.groups,
     )
     return Evaluation(now, state, tuple(run.transitions), run.errors)
 
@@ -446,10 +513,14 @@ def _new_samples(run: _Run, now: float) -> set[PairKey]:
     ruleset, exprs = run.ruleset, run.ruleset.exprs
     touched: set[PairKey] = set()
     runs: dict[JoinKey, set[str]] = {}
+    groups: dict[GroupKey, set[SeriesKey]] = {}
     for series in run.buffer.changed_since(run.prev.version):
         for rule in ruleset.for_series(series.key):
             if exprs and rule.expr is not None:
                 runs.setdefault((rule.name, series.key.labels), set()).add(series.key.metric)
+                continue
+            if rule.peers is not None:
+                groups.setdefault((rule.name, *rule.peers.group_of(series.key)), set()).add(series.key)
                 continue
             emitted = len(run.transitions)
             try:
@@ -466,7 +537,39 @@ def _new_samples(run: _Run, now: float) -> set[PairKey]:
             continue
         if pair is not None:
             touched.add(pair)
+    if ruleset.peers:
+        _peer_groups(run, groups, touched, now)
     return touched
+
+
+def _peer_groups(run: _Run, changed: dict[GroupKey, set[SeriesKey]], touched: set[PairKey], now: float) -> None:
+    """Judge the peers groups with new samples, and those with an instant due before `now` (`touched` grows)."""
+    due = [gk for gk, g in run.groups.items() if g.wake is not None and g.wake < now and gk not in changed]
+    for gk in [*changed, *due]:
+        rule = run.ruleset.by_name.get(gk[0])
+        if rule is None or rule.peers is None:
+            continue
+        emitted = len(run.transitions)
+        try:
+            touched.update(run.peer_group(rule, gk, changed.get(gk, ()), now))
+        except Exception as exc:
+            _failed(run, emitted, rule.name, exc, f"group {gk[1]} {dict(zip(rule.peers.by, gk[2], strict=True))}")
+
+
+def find_groups(ruleset: RuleSet, buffer: SeriesBuffer) -> dict[GroupKey, Group]:
+    """Every (peers rule, group) of the buffer, found again after a reload or a restart (one pass over the
+    series): each goes on from its newest sample (the buffered past is not judged again)."""
+    found: dict[GroupKey, list[Series]] = {}
+    for series in buffer:
+        for rule in ruleset.for_series(series.key):
+            if rule.peers is not None:
+                found.setdefault((rule.name, *rule.peers.group_of(series.key)), []).append(series)
+    groups = {}
+    for gk, members in found.items():
+        members.sort(key=lambda s: s.key.labels)
+        newest = max((t for s in members if (t := s.last_time()) is not None), default=-math.inf)
+        groups[gk] = Group(tuple(s.key for s in members), newest, newest)
+    return groups
 
 
 def _ended_runs(run: _Run, touched: set[PairKey], now: float) -> None:
@@ -552,5 +655,6 @@ def _drop_unknown_rules(run: _Run, ruleset: RuleSet) -> bool:
         run.tracks = {p: t for p, t in run.tracks.items() if p[0] in ruleset.by_name}
         run.timers = {p: t for p, t in run.timers.items() if p[0] in ruleset.by_name}
         run.joins = {j: v for j, v in run.joins.items() if j[0] in ruleset.by_name}
+        run.groups = {g: v for g, v in run.groups.items() if g[0] in ruleset.by_name}
         return True
     return False

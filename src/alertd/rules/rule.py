@@ -9,6 +9,7 @@ from fnmatch import translate
 from alertd.model import Labels, SeriesKey
 from alertd.rules.conditions import Absent, Condition
 from alertd.rules.expr import Expr
+from alertd.rules.peers import Peers
 from alertd.templating.annotations import Template
 from alertd.userregex import UserRegex, compile_user_regex
 
@@ -77,6 +78,8 @@ class Rule:
     """The absence condition, if this is an `absent` rule."""
     expr: Expr | None = field(default=None, init=False, compare=False, repr=False)
     """The expression, if this is an `expr` rule (judged per run across its series; `metrics` are its names)."""
+    peers: Peers | None = field(default=None, init=False, compare=False, repr=False)
+    """The condition, if this is a `peers` rule (judged per group of series: `alertd.rules.peers`)."""
 
     def __post_init__(self) -> None:
         names, glob = compile_metric_patterns(self.metrics)
@@ -84,6 +87,7 @@ class Rule:
         object.__setattr__(self, "_glob", glob)
         object.__setattr__(self, "absent", self.condition if isinstance(self.condition, Absent) else None)
         object.__setattr__(self, "expr", self.condition if isinstance(self.condition, Expr) else None)
+        object.__setattr__(self, "peers", self.condition if isinstance(self.condition, Peers) else None)
 
     def watches(self, key: SeriesKey) -> bool:
         """Whether this rule applies to the series `key`."""
