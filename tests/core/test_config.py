@@ -202,7 +202,14 @@ def test_every_condition_kind_the_message_lists_is_one_the_parser_takes() -> Non
         parse_condition({"spikey": {}})
     assert "did you mean 'spike'" in str(info.value)
     listed = str(info.value).split("(known: ")[1]
-    specs = {"spike": {"ratio": 2}, "absent": "5m", "expr": "a > b", "zscore": {}, "plateau": {}}
+    specs = {
+        "spike": {"ratio": 2},
+        "absent": "5m",
+        "expr": "a > b",
+        "zscore": {},
+        "plateau": {},
+        "peers": {"by": ["run"], "silent": "1m"},
+    }
     for kind in condition_kinds()[:-1]:
         assert f"{kind}," in listed
         if kind in CONDITIONS:
