@@ -15,6 +15,9 @@ labels `run` (the `run` argument, else `$ALERTD_RUN`, else the name of `default_
   parameters in `on_before_optimizer_step`, which Lightning calls after the backward pass (and AMP's
   unscaling) and BEFORE it clips them. Under FSDP or DeepSpeed a process holds only its shard: the norm
   is that shard's.
+- `train/step_time` at every optimizer step: the seconds since the previous step end, the rank's heartbeat.
+- On every rank of a distributed run (each process writes its own values, appended to the same file), with the
+  labels `rank`, `local_rank`, `world_size` and `node` (`alertd.integrations.recorder`); none in one process.
 - `run.started`, and at the end `run.finished` with `run.crashed` (0 from `on_train_end`, or 1 with label
   `exception` from `on_exception`, which Lightning calls for every exception out of `fit`, Ctrl-C
   included); `run.stopped` when a stop request is honoured. The step is `trainer.global_step` as
@@ -237,6 +240,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
             self.recorder.write(LOSS, value, step)
         if self._grad_norms:  # several optimizers stepping at once: the norm of them all
             self.recorder.write(GRAD_NORM, math.hypot(*(float(n) for n in self._grad_norms)), step)
+        self.recorder.step_end(step)
         self._reset(trainer.global_step)
         self._commands(trainer)
         self._maybe_stop(trainer)

@@ -10,6 +10,16 @@ hooks. The run markers are those alertd's run tracking reads:
 - at the end, `run.crashed` = 0 and `run.finished` = 1 (it finished), or `run.crashed` = 1 (label
   `exception`: the exception's type name) and `run.finished` = 1 (it crashed).
 
+- `train/step_time` at every step end: the seconds since the previous step end (the first: since the start),
+  from a monotonic clock; on every rank, it is each rank's heartbeat too (one line a step, about 10 µs).
+
+Every rank of a distributed run records (the callbacks run on every process): its samples carry the labels
+`rank`, `local_rank`, `world_size` and `node` where known (`alertd.integrations.ranks`; none in a one-process
+run), and all ranks append to the one samples file, line by line (`alertd.integrations.samples_writer`; a path
+holding `{rank}` gives a file per rank). alertd's run tracking takes them as members of one run (`ranks` in
+`GET /api/v1/runs`). The checkpoint ledger, `$ALERTD_RUN_INFO` and the recovery plan's acknowledgement are
+written by global rank 0 only.
+
 A run that began and has not ended when the interpreter exits (an exception no hook saw, `sys.exit` in
 the middle of training) is recorded as crashed by an `atexit` handler, with the type of the exception
 that ended the program where Python kept it (`sys.last_exc`, `sys.last_type`), else "unknown". A process
@@ -22,8 +32,10 @@ import atexit
 import logging
 import os
 import sys
+import time
 from collections.abc import Iterable
 
+from alertd.integrations.ranks import rank_labels, rank_path
 from alertd.integrations.samples_writer import (
     DEFAULT_SAMPLES_NAME,
     RUN_ENV,
@@ -41,6 +53,7 @@ STARTED = "run.started"
 FINISHED = "run.finished"
 CRASHED = "run.crashed"
 STOPPED = "run.stopped"
+STEP_TIME = "train/step_time"
 
 
 def resolve(explicit: str | os.PathLike[str] | None, env: str, default: str) -> str:
@@ -68,7 +81,10 @@ class RunRecorder:
         self.stop = StopRequest(None, ())
         self.active = False
         self.last_step: int | None = None
+        self.ranks: dict[str, str] = {}
+        """This process's rank labels (`alertd.integrations.ranks`), from `start()`; {} in a one-process run."""
         self._atexit = False
+        self._step_end = 0.0
 
     def start(self, base_dir: str | os.PathLike[str], step: int) -> None:
         """Training begins in `base_dir` (the output directory): open the samples file, listen for a stop."""
@@ -76,9 +92,11 @@ class RunRecorder:
             self.crash("unknown", self.last_step)
         base = os.path.abspath(os.fspath(base_dir))
         run = self.run_arg or os.environ.get(RUN_ENV) or os.path.basename(base) or "run"
+        self.ranks = rank_labels()
         samples = resolve(self.samples_path_arg, SAMPLES_FILE_ENV, os.path.join(base, DEFAULT_SAMPLES_NAME))
+        samples = rank_path(samples, self.ranks.get("rank"))
         stop_file = resolve(self.stop_file_arg, STOP_FILE_ENV, os.path.join(base, DEFAULT_STOP_NAME))
-        self.writer = SamplesWriter(samples, run_labels(run))
+        self.writer = SamplesWriter(samples, run_labels(run) | self.ranks)
         try:  # alertd's stop_file notifier never creates directories; HF makes output_dir only when it saves
             os.makedirs(os.path.dirname(os.path.abspath(stop_file)), exist_ok=True)
         except OSError as e:
@@ -91,6 +109,7 @@ class RunRecorder:
             atexit.register(self._at_exit)
             self._atexit = True
         self.write(STARTED, 1.0, step)
+        self._step_end = time.perf_counter()
         log.info("alertd: recording run %r to %s; stop file %s", run, samples, stop_file)
 
     def write(self, metric: str, value: float, step: int | None, labels: dict[str, str] | None = None) -> None:
@@ -99,6 +118,14 @@ class RunRecorder:
             self.writer.write(metric, value, step, labels)
         if step is not None:
             self.last_step = step
+
+    def step_end(self, step: int) -> None:
+        """Step `step` ended: `train/step_time`, the seconds since the last step end (or the start); the rank's
+        heartbeat."""
+        now = time.perf_counter()
+        elapsed, self._step_end = now - self._step_end, now
+        if self.writer is not None:
+            self.writer.write(STEP_TIME, elapsed, step)
 
     def stop_reason(self) -> str | None:
         """The reason of a pending stop request (looks for the stop file), or None."""

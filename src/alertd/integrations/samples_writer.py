@@ -4,8 +4,13 @@ One line per value, exactly what `alertd.sources.samples` reads:
 
     {"metric":"train/loss","labels":{"run":"exp1","host":"node1","pid":"4242"},"time":1717000000.5,"step":250,"value":"NaN"}
 
-The file is opened for appending and line-buffered, so every line reaches the file (one `write`, whole) as
-soon as it is written, and alertd's `samples` source can tail it while the run goes on. NaN and ±Inf are
+The file is opened for appending (`O_APPEND`) and each line is handed to the kernel whole, in one `write`
+call, as soon as it is written, so alertd's `samples` source can tail it while the run goes on. The ranks of a
+distributed run all append to the same file, each line labelled with its rank (`alertd.integrations.ranks`):
+an `O_APPEND` write of one line is placed at the end of the file and never interleaved with another process's
+on a local file system (and on Lustre and GPFS); on NFS, whose appends from two nodes can overwrite each other,
+give a path holding `{rank}` (`ALERTD_SAMPLES_FILE=/shared/out/alertd-samples.rank{rank}.jsonl`) for a file
+per rank. One file keeps a run one `samples` source, so the ranks stay members of one run. NaN and ±Inf are
 written as the strings "NaN", "+Inf" and "-Inf" (JSON has no such numbers). A file that can't be opened
 fails the start of training (before it costs anything); a write error later (a full disk) is logged once and
 the values after it are dropped: recording a run never stops a run that is under way.
@@ -20,7 +25,6 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from typing import TextIO
 
 log = logging.getLogger("alertd.integrations")
 
@@ -52,11 +56,11 @@ class SamplesWriter:
         self._failed = False
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
-        self._file: TextIO | None = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (kept open)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, metric: str, value: float, step: int | None, labels: Mapping[str, str] | None = None) -> None:
         """Append one sample; `labels` are added to the writer's own."""
-        if self._file is None or self._failed:
+        if self._fd is None or self._failed:
             return
         sample = {
             "metric": metric,
@@ -65,18 +69,20 @@ class SamplesWriter:
             "step": step,
             "value": json_value(float(value)),
         }
-        line = json.dumps(sample, separators=(",", ":"), allow_nan=False) + "\n"
+        line = (json.dumps(sample, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
         try:
-            self._file.write(line)
+            done = os.write(self._fd, line)  # one call: the line is appended whole
+            while done < len(line):  # a regular file takes it all at once; a short write goes on where it stopped
+                done += os.write(self._fd, line[done:])
         except OSError as e:
             self._failed = True
             log.error("alertd: can't write the samples file %s (%s): no more samples are recorded", self.path, e)
 
     def close(self) -> None:
         """Close the file; later writes are dropped."""
-        if self._file is not None:
+        if self._fd is not None:
             try:
-                self._file.close()
+                os.close(self._fd)
             except OSError as e:
                 log.error("alertd: can't close the samples file %s: %s", self.path, e)
-            self._file = None
+            self._fd = None

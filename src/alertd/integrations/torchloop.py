@@ -34,7 +34,15 @@ applied (refused unless `start_step` is its checkpoint step): the LR cut at once
 each update it drops (update number `step + 1`; no loss recorded, `train/step_skipped` with reason=plan at `step`).
 `$ALERTD_RUN_INFO` is written at `start()`. The files and the environment variables are the callbacks':
 `<output_dir>/alertd-samples.jsonl`, `ALERTD_STOP`, `alertd-commands`, `alertd-checkpoints.jsonl`,
-`alertd-recovery.json`. One process.
+`alertd-recovery.json`.
+
+Distributed (torchrun, DDP; `torch.distributed` initialised before `start()`, or torchrun's or Slurm's
+environment): every rank records its own `train/loss`, `train/grad_norm` and `train/step_time` (each step end: the
+rank's heartbeat) with the labels `rank`, `local_rank`, `world_size`, `node`, appended to the same samples file
+(`alertd.integrations.recorder`). Global rank 0 alone writes the checkpoint ledger, `$ALERTD_RUN_INFO` and the
+recovery plan's acknowledgement, and makes the default `torch.save` checkpoints (the replicas are alike); a `save`
+function given is called on every rank (a sharded model saves its shards). A stop request is not shared between
+the ranks here: each honours it where it sees it.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from alertd.integrations import finite
 from alertd.integrations.guard import Guard
 from alertd.integrations.ledger import COMMAND, SCHEDULE, STOP, Ledger
 from alertd.integrations.plan import current_plan, write_run_info
+from alertd.integrations.ranks import rank_labels
 from alertd.integrations.recorder import GRAD_NORM, LOSS, RunRecorder
 from alertd.integrations.resume import checkpoint_for
 from alertd.integrations.steering import Steering
@@ -110,13 +119,18 @@ class AlertdLoop:
         self.recorder = RunRecorder(samples_path, stop_file, run, signals)
         self.steering = Steering(commands_dir, guard)
         self.ledger = Ledger(self.output_dir, "torch", write=True)
+        self.rank_zero = True
+        """Whether this process is global rank 0 (or the only one): `start()` says."""
         self.stopped = False
 
     def start(self, step: int = 0) -> None:
         """Training begins (at `step`, when resumed by the caller): resume from the recovery plan's checkpoint or
         `$ALERTD_RESUME_FROM` (with `model` and no `save` function; `start_step` is then its step), apply the plan."""
         self.start_step = step
-        write_run_info(self.output_dir, "torch")
+        self.rank_zero = rank_labels().get("rank", "0") == "0"
+        self.ledger = Ledger(self.output_dir, "torch", write=self.rank_zero)
+        if self.rank_zero:
+            write_run_info(self.output_dir, "torch")
         plan = current_plan(self.output_dir)
         if self.model is not None and self.save_fn is None:
             checkpoint = checkpoint_for(plan)
@@ -124,7 +138,9 @@ class AlertdLoop:
                 self.start_step = self._load(checkpoint)
         self.recorder.start(self.output_dir, self.start_step)
         self.steering.start(self.output_dir, self.recorder)
-        self.steering.recover(plan, self.start_step, self.optimizers, self.schedulers, self.output_dir)
+        self.steering.recover(
+            plan, self.start_step, self.optimizers, self.schedulers, self.output_dir, ack=self.rank_zero
+        )
         self.stopped = False
 
     def _load(self, path: str) -> int:
@@ -166,6 +182,7 @@ class AlertdLoop:
         finite)."""
         if self.stopped:
             return True
+        self.recorder.step_end(step)
         done = step + 1
         orders = self.steering.boundary(done, self.optimizers, self.schedulers)
         for command in orders.stop:
@@ -221,6 +238,8 @@ class AlertdLoop:
             return None, "weights not finite, no checkpoint saved"
         if self.save_fn is not None:
             self.save_fn(path)
+        elif not self.rank_zero:
+            return path, ""  # rank 0 saves the replicated model
         else:
             import torch
 

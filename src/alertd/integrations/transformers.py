@@ -15,6 +15,9 @@ labels `run` (the `run` argument, else `$ALERTD_RUN`, else the output directory'
   the Trainer computes and logs, taken where it computes it (`accelerator.clip_grad_norm_`). The norm
   seen in `on_pre_optimizer_step` is the clipped one (never above `max_grad_norm`, 1.0 by default), which
   would hide an exploding gradient.
+- `train/step_time` at every optimizer step: the seconds since the previous step end, the rank's heartbeat.
+- On every rank of a distributed run (each process writes its own values, appended to the same file), with the
+  labels `rank`, `local_rank`, `world_size` and `node` (`alertd.integrations.recorder`); none in one process.
 - `run.started`, and at the end `run.finished` with `run.crashed` (0, or 1 with label `exception`);
   `run.stopped` when a stop request is honoured. The step is the Trainer's `state.global_step`, the `step`
   of its own log history.
@@ -184,6 +187,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Write the step's loss and gradient norm; honour a stop request."""
         step = state.global_step
+        self.recorder.step_end(step)
         if self._planned is None:  # a dropped planned update has no loss and no gradient norm
             if self._loss is not None:
                 self.recorder.write(LOSS, float(self._loss), step)
