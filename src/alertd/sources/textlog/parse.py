@@ -22,6 +22,12 @@ named groups and is not parsed by the built-in shapes. Events: lines matching an
 user events too) are reported by name, with whether they are fatal. The lines of a traceback after
 its first (indented code, the final exception line) give no values: code like `f(step=3)` is not data.
 ANSI escape sequences (colours, cursor moves) are removed first.
+
+Ranks: a line that starts with torchrun's rank prefix (`--tee` and `--log-dir` print each worker's lines as
+`[default1]:step=10 loss=2.3`, `[<role><local rank>]:`; with `TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:'`
+as `[rank1]:...`; also `[1]:`) is parsed without it, and its values get the label `rank` (the number in the
+prefix: the local rank in torchrun's default, the same on one node). Each rank keeps its own state (step,
+counter, time, traceback), so the interleaved lines of the ranks do not mix (`split_rank`, `FileState.of_rank`).
 """
 
 from __future__ import annotations
@@ -54,6 +60,10 @@ _NUMBER = re.compile(_NUM)
 _SEPARATORS = re.compile(r"[\s,;|]++")
 _NUMBER_ENDS = frozenset("0123456789.nNfFyY")
 _DICT_PAIR = re.compile(rf"""['"]([^'"\n]{{1,200}}+)['"]\s*+:\s*+['"]?({_NUM})['"]?{_END}""")
+_RANK = re.compile(r"\[(?:[A-Za-z_][\w-]{0,63}?)?(\d{1,6})\]:")
+"""torchrun's line prefix: `[default3]:`, `[rank3]:`, `[trainer3]:`, `[3]:`."""
+MAX_RANKS = 1024
+"""Ranks one file keeps a state for; lines of further ranks are parsed with the file's own state, unlabelled."""
 _TIME = re.compile(r"\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?\s?(Z|[+-]\d\d:?\d\d)?(?![\d])")
 
 
@@ -109,10 +119,22 @@ class FileState:
     last_time: float | None = None
     in_traceback: bool = False
     bar_values: list[tuple[str, float]] = field(default_factory=list)
+    ranks: dict[str, FileState] = field(default_factory=dict)
+    """The state of each rank whose prefixed lines the file holds (`split_rank`), at most MAX_RANKS."""
+
+    def of_rank(self, rank: str) -> FileState | None:
+        """The state of `rank`'s lines, made when first needed; None past MAX_RANKS ranks."""
+        state = self.ranks.get(rank)
+        if state is None and len(self.ranks) < MAX_RANKS:
+            state = self.ranks[rank] = FileState()
+        return state
 
     def to_json(self) -> dict[str, Any]:
         """As JSON-able data."""
-        return {"counter": self.counter, "last_step": self.last_step, "last_time": self.last_time}
+        out: dict[str, Any] = {"counter": self.counter, "last_step": self.last_step, "last_time": self.last_time}
+        if self.ranks:
+            out["ranks"] = {k: v.to_json() for k, v in self.ranks.items()}
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> FileState:
@@ -120,11 +142,26 @@ class FileState:
         if not isinstance(data, dict):
             return cls()
         step, t = data.get("last_step"), data.get("last_time")
+        ranks = data.get("ranks")
         return cls(
             counter=int(data.get("counter") or 0),
             last_step=step if isinstance(step, int) else None,
             last_time=float(t) if isinstance(t, int | float) and math.isfinite(t) else None,
+            ranks={str(k): cls.from_json(v) for k, v in list(ranks.items())[:MAX_RANKS]}
+            if isinstance(ranks, dict)
+            else {},
         )
+
+
+def split_rank(line: str) -> tuple[str | None, str]:
+    """(the rank of torchrun's prefix, the line without it), or (None, the line) when it has none."""
+    if not line.startswith("[", 1 if line.startswith("\r") else 0):
+        return None, line
+    bar = line.startswith("\r")
+    m = _RANK.match(line, 1 if bar else 0)
+    if m is None:
+        return None, line
+    return str(int(m.group(1))), ("\r" if bar else "") + line[m.end() :]
 
 
 class LineParser:

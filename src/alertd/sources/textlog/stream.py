@@ -1,4 +1,7 @@
-"""One stream of log lines (a file, or a child's output) turned into samples: its series and parse state."""
+"""One stream of log lines (a file, or a child's output) turned into samples: its series and parse state.
+
+A line with torchrun's rank prefix (`[default1]:`, `[rank1]:`; `alertd.sources.textlog.parse.split_rank`) is
+parsed without it, with its rank's own state, and its samples carry the label `rank`."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from alertd.model import Sample, SeriesKey, make_labels
-from alertd.sources.textlog.parse import FileState, LineParser, Parsed
+from alertd.sources.textlog.parse import FileState, LineParser, Parsed, split_rank
 
 log = logging.getLogger(__name__)
 
@@ -50,24 +53,30 @@ class LogStream:
         parse = parser.parse
         self.lines += len(lines)
         for line in lines:
-            p = parse(line, self.state)
+            rank, text = split_rank(line)
+            state = self.state if rank is None else self.state.of_rank(rank)
+            if state is None:  # past MAX_RANKS ranks: parsed as the file's own
+                rank, state = None, self.state
+            p = parse(text, state)
             if p.values or p.events:
                 self.matched += 1
-                self._samples(p, now, out)
+                self._samples(p, now, out, state, (("rank", rank),) if rank is not None else ())
 
-    def _samples(self, p: Parsed, now: float, out: list[Sample]) -> None:
+    def _samples(
+        self, p: Parsed, now: float, out: list[Sample], state: FileState, extra: tuple[tuple[str, str], ...]
+    ) -> None:
         t = p.time if p.time is not None else now
         for metric, value in p.values:
-            key = self.key(metric)
+            key = self.key(metric, extra)
             if key is not None:
                 out.append(Sample(key, t, p.step, value))
-        step = p.step if p.step is not None else self.state.last_step
+        step = p.step if p.step is not None else state.last_step
         for ev in p.events:
-            key = self.key(EVENT, (("event", ev.name),))
+            key = self.key(EVENT, (("event", ev.name), *extra))
             if key is not None:
                 out.append(Sample(key, t, step, 1.0))
         if any(ev.fatal for ev in p.events):
             for metric in ("run.crashed", "run.finished"):
-                key = self.key(metric)
+                key = self.key(metric, extra)
                 if key is not None:
                     out.append(Sample(key, t, step, 1.0))
