@@ -40,6 +40,15 @@ What rules see (derived samples, appended beside the sources' own):
 - `run.end{reason=...}` = 1 once when a run ends (label `exit_code` where known), and `run.finished`
   = 1 when no source said so, so `absent` conditions know the run is over.
 
+Ranks: the processes of a distributed run write under the one run (the key stays (source, `run`)); a
+sample's `rank` label makes its rank a member of the run (`Run.ranks`, at most `MAX_RANKS`): its last step,
+last time and state, `running`, `stalled` (the run stalled, or the rank's last sample is `stall_after` older
+than the run's: one rank silent while the others go on) or `ended` (the run ended, or the rank wrote its own
+`run.finished`). Rank 0 (and samples with no `rank`) speak for the run; another rank's markers
+(`run.started`, `run.finished`, `run.crashed`...) end or start only that rank, and its samples after the
+run's end (its last steps, written a moment after rank 0's end marker) do not start the run again. The
+rules still see every rank's samples, `run.crashed{rank="3"}` included.
+
 Time is always an argument; nothing here reads a clock, a file or /proc.
 """
 
@@ -69,6 +78,8 @@ TensorBoard and W&B, `train_runtime` in its printed dict and in MLflow)."""
 MARKERS = frozenset({STARTED, FINISHED, CRASHED, EXIT_CODE, STOPPED})
 DERIVED = frozenset({STALLED, END})
 MAX_RUNS = 10_000
+MAX_RANKS = 1024
+"""Ranks tracked per run at most; the samples of further ranks still count for the run."""
 MAX_ACTIONS = 20
 """Action reports kept per run (`Run.actions`), the newest."""
 """Runs tracked at most; the oldest ended ones are forgotten first."""
@@ -121,6 +132,24 @@ class Writer:
 
 
 @dataclass(slots=True)
+class RankState:
+    """One rank of a run (a `rank` label's value), as its samples show it."""
+
+    last_step: int | None = None
+    last_time: float = -math.inf
+    ended_at: float | None = None
+    """When it wrote its own end (`run.finished`); None while it has not."""
+
+    def seen(self, step: int | None, t: float) -> None:
+        """A progress sample of the rank."""
+        if step is not None:
+            self.last_step = step if self.last_step is None else max(self.last_step, step)
+        self.last_time = max(self.last_time, t)
+        if self.ended_at is not None and t > self.ended_at:
+            self.ended_at = None  # it writes again after its end
+
+
+@dataclass(slots=True)
 class Run:
     """One run and what is known of it."""
 
@@ -144,7 +173,38 @@ class Run:
     actions: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=MAX_ACTIONS))
     """What the actions did about it (`action_entry`: a kill, a stop file, an LR cut and the trainer's
     acknowledgement, a recovery...), oldest first, the newest `MAX_ACTIONS`."""
+    ranks: dict[str, RankState] = field(default_factory=dict)
+    """Its ranks (`rank` label values) in a distributed run, at most `MAX_RANKS`; empty for one process."""
+    stall_after: float = field(default=600.0, repr=False)
     _crashed: bool = field(default=False, repr=False)
+
+    def rank(self, rank: str) -> RankState | None:
+        """The state of `rank`, made on its first sample; None past `MAX_RANKS` ranks."""
+        r = self.ranks.get(rank)
+        if r is None and len(self.ranks) < MAX_RANKS:
+            r = self.ranks[rank] = RankState()
+        return r
+
+    def rank_state(self, r: RankState) -> str:
+        """`running`, `stalled` (the run stalled, or the rank is `stall_after` behind the run's last sample) or
+        `ended` (the run ended, or the rank wrote its end)."""
+        if self.state is RunState.ENDED or r.ended_at is not None:
+            return RunState.ENDED.value
+        if self.state is RunState.STALLED or self.last_time - r.last_time >= self.stall_after:
+            return RunState.STALLED.value
+        return RunState.RUNNING.value
+
+    def ranks_json(self) -> dict[str, dict[str, object]]:
+        """Per rank (in rank order): its last step, last time and state."""
+        order = sorted(self.ranks, key=lambda k: (len(k), k))
+        return {
+            k: {
+                "last_step": (r := self.ranks[k]).last_step,
+                "last_time": r.last_time if math.isfinite(r.last_time) else None,
+                "state": self.rank_state(r),
+            }
+            for k in order
+        }
 
     @property
     def recovering(self) -> bool:
@@ -182,6 +242,7 @@ class Run:
             "last_time": self.last_time if math.isfinite(self.last_time) else None,
             "ended_at": self.ended_at,
             "actions": list(self.actions),
+            "ranks": self.ranks_json(),
         }
 
 
@@ -214,7 +275,7 @@ class RunTracker:
         self._next_tick = -math.inf
         """No run can stall before this time: `tick` looks at the runs only from then on."""
         self._tick_stall = stall_after
-        self._kinds: dict[int, tuple[SeriesKey, int | tuple[str, str]]] = {}
+        self._kinds: dict[int, tuple[SeriesKey, int | tuple[str, str, str | None]]] = {}
         """id(key) -> (key, its kind: _SKIP, _OTHER or its run); holding the key keeps its id unique."""
 
     # inputs
@@ -241,6 +302,9 @@ class RunTracker:
                 continue
             run = self._run(source, name)
             t = s.time
+            rank = s.series.label("rank")
+            if rank is not None and self._member(run, rank, metric, s.step, s.value, t):
+                continue
             if run.state is RunState.ENDED and metric not in MARKERS and t > (run.ended_at or -math.inf):
                 self._restart(run, t, out)
             if metric in MARKERS:
@@ -255,6 +319,24 @@ class RunTracker:
                 if (metric == HF_SUMMARY or metric.endswith("/" + HF_SUMMARY)) and run.state is not RunState.ENDED:
                     self._end(run, EndReason.FINISHED, t, out, say_finished=True)
         return out
+
+    def _member(self, run: Run, rank: str, metric: str, step: int | None, value: float, t: float) -> bool:
+        """A sample of `rank` of `run`: moves the rank; True when it stops there (another rank's marker, or its
+        sample after the run's end)."""
+        r = run.rank(rank)
+        marker = metric in MARKERS
+        if r is not None:
+            if not marker:
+                r.seen(step, t)
+            elif metric == FINISHED and value > 0:
+                r.ended_at = t
+                r.last_time = max(r.last_time, t)
+            elif metric == STARTED:
+                r.ended_at = None
+                r.last_time = max(r.last_time, t)
+        if rank == "0":
+            return False
+        return marker or run.state is RunState.ENDED
 
     def writer(self, source: str, run: str, writer: Writer, now: float) -> list[Sample]:
         """News of a run's writer process (verified, alive, holding its files); may end the run."""
@@ -386,7 +468,7 @@ class RunTracker:
         slots, order, skipped = sorted_out
         if not order:
             return True
-        runs = [self.runs.get(k) for k in order]
+        runs = [self.runs.get(k[:2]) for k in order]
         if any(r is not None and r.state is not RunState.RUNNING for r in runs):
             return False
         if len(self.runs) + sum(r is None for r in runs) >= MAX_RUNS:
@@ -402,21 +484,21 @@ class RunTracker:
             if plan is None:
                 return False
             plans.append(plan)
-        for (source, name), run, rows, plan in zip(order, runs, picks, plans, strict=True):
-            self._advance(run or self._run(source, name), rows, step_col, time_col, plan, now)
+        for (source, name, rank), run, rows, plan in zip(order, runs, picks, plans, strict=True):
+            self._advance(run or self._run(source, name), rows, step_col, time_col, plan, now, rank)
         return True
 
     def _slots(
         self, ids: list[int], keys: Sequence[SeriesKey]
-    ) -> tuple[dict[int, int], list[tuple[str, str]], bool] | None:
+    ) -> tuple[dict[int, int], list[tuple[str, str, str | None]], bool] | None:
         """Each key object's run slot (-1: passed over), the runs in batch order, whether any key was passed
         over; None when a key's samples can change a run's state (markers: sample by sample)."""
         kinds = self._kinds
         if len(kinds) > _KINDS_MAX:
             kinds.clear()
         slots: dict[int, int] = {}
-        order: list[tuple[str, str]] = []
-        index: dict[tuple[str, str], int] = {}
+        order: list[tuple[str, str, str | None]] = []
+        index: dict[tuple[str, str, str | None], int] = {}
         skipped = False
         for ident, key in dict(zip(ids, keys, strict=True)).items():  # one id is one key object: in batch order
             hit = kinds.get(ident)
@@ -456,8 +538,10 @@ class RunTracker:
         time_col: Sequence[Any],
         plan: tuple[Any, float, Any],
         now: float | None,
+        rank: str | None = None,
     ) -> None:
-        """Move a run's first/last step and time and its liveness over its samples of a batch (`rows`; None: all)."""
+        """Move a run's first/last step and time and its liveness over its samples of a batch (`rows`; None: all),
+        and those of `rank` where they are a rank's."""
         t, prev, highs = plan
         steps: Sequence[Any]
         mine: Sequence[Any]
@@ -474,6 +558,8 @@ class RunTracker:
             run.last_step = high if run.last_step is None else max(run.last_step, high)
         run.first_time = min(run.first_time, mine[int(t.argmin())])
         run.last_time = max(run.last_time, mine[int(t.argmax())])
+        if rank is not None and (member := run.rank(rank)) is not None:
+            member.seen(max(steps) if steps else None, mine[int(t.argmax())])
         first_live = 0 if run.live else -1
         if now is not None and first_live < 0:
             young = np.flatnonzero(now - t < self.stall_after)
@@ -489,6 +575,7 @@ class RunTracker:
             if len(self.runs) >= MAX_RUNS:
                 self._forget()
             r = self.runs[key] = Run(source, name)
+        r.stall_after = self.stall_after
         return r
 
     def _forget(self) -> None:
@@ -573,11 +660,11 @@ class RunTracker:
         return Sample(SeriesKey(END, labels), t, run.last_step, value)
 
 
-def _kind(key: SeriesKey) -> int | tuple[str, str]:
+def _kind(key: SeriesKey) -> int | tuple[str, str, str | None]:
     """How `observe` takes the samples of `key`: _SKIP, _OTHER, or the run whose progress they are."""
     source, name, metric = key.label("source"), key.label("run"), key.metric
     if source is None or name is None or metric in DERIVED:
         return _SKIP
     if metric in MARKERS or metric == HF_SUMMARY or metric.endswith("/" + HF_SUMMARY):
         return _OTHER
-    return (source, name)
+    return (source, name, key.label("rank"))
