@@ -185,7 +185,19 @@ JobFrom = Literal["label", "writer"]
 _JOB_FROM: tuple[JobFrom, ...] = ("label", "writer")
 
 
-class SlurmNotifierConfig(Strict):
+class SlurmJobConfig(Strict):
+    """What the actions on a Slurm job (`slurm`, `recover` with `target: slurm`) share: how the job is attributed
+    (`job_from`: `label`, the alert's `slurm_job_id` from a `slurm` source; `writer`, the `SLURM_JOB_ID` of the
+    run's verified writer), the programs that ask the controller (`squeue`, `scancel`) and how long each may take
+    (`timeout`)."""
+
+    job_from: list[JobFrom] = Field(default_factory=lambda: list(_JOB_FROM), min_length=1)
+    scancel: str = Field(default="scancel", min_length=1)
+    squeue: str = Field(default="squeue", min_length=1)
+    timeout: Duration = Field(default=30.0, gt=0)
+
+
+class SlurmNotifierConfig(SlurmJobConfig):
     """Stops the alert's Slurm job with `scancel`.
 
     The job id comes from the alert's `slurm_job_id` label (the `slurm` source sets it) and/or from the
@@ -200,10 +212,6 @@ class SlurmNotifierConfig(Strict):
     signal: str | None = None
     grace: Duration = Field(default=60.0, ge=0)
     cancel: bool = True
-    job_from: list[JobFrom] = Field(default_factory=lambda: list(_JOB_FROM), min_length=1)
-    scancel: str = Field(default="scancel", min_length=1)
-    squeue: str = Field(default="squeue", min_length=1)
-    timeout: Duration = Field(default=30.0, gt=0)
     dry_run: bool = False
 
     @field_validator("signal")
@@ -273,16 +281,30 @@ class SaveConfig(CommandConfig):
 _EVENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
 
 
-class RecoverConfig(Strict):
-    """Rolls the run back and goes on (`alertd.runs.recovery`): on an alert from alertd exec's child, stop it
-    without a poisoned save, choose the newest checkpoint of the ledger with finite weights at least `rollback`
-    steps before the incident, write the recovery plan next to it (updates to skip: `skip` after the checkpoint,
-    else through the step after the incident's; the LR times `lr_scale`), and start the same command again,
-    `backoff` after it ended. At most `max_attempts` recoveries; the next incident, or one whose attempt's
-    output showed an event of `give_up_on`, stops the run for good and is reported (the page). `checkpoints`:
-    the ledger's directory (default: `exec: {checkpoints}`, else where the child's callbacks said it is). The
-    stop: the stop file at once, SIGINT `wait` later if the child still runs, SIGTERM `grace` after that.
-    `target`: `child` (alertd exec's child) or `slurm` (the Slurm job tied to the alert's run, requeued)."""
+class RecoverConfig(SlurmJobConfig):
+    """Rolls the run back and goes on (`alertd.runs.recovery`): on an alert from the run, stop it without a
+    poisoned save, choose the newest checkpoint of the ledger with finite weights at least `rollback` steps before
+    the incident, write the recovery plan next to it (updates to skip: `skip` after the checkpoint, else through
+    the step after the incident's; the LR times `lr_scale`), and start the same run again, `backoff` after it
+    ended. At most `max_attempts` recoveries; the next incident, or one whose attempt's output showed an event of
+    `give_up_on`, stops the run for good and is reported (the page).
+
+    `target: child` (the default): alertd exec's child. `checkpoints`: the ledger's directory (default: `exec:
+    {checkpoints}`, else where the child's callbacks said it is). The stop: the stop file at once, SIGINT `wait`
+    later if the child still runs, SIGTERM `grace` after that.
+
+    `target: slurm`: the Slurm job tied to the alert's run (not under alertd exec), attributed exactly as the
+    `slurm` notifier's (`job_from`: `label`, the `slurm_job_id` label of an alert from a `slurm` source; `writer`,
+    the `SLURM_JOB_ID` of the run's verified writer; both known: they must agree), active as `squeue --json`
+    (`squeue`) lists it. `checkpoints` is required: the ledger's directory as a path template with `{label}`
+    placeholders (`/runs/{run}/out`), expanded and checked exactly as the `stop_file` notifier's `path`
+    (absolute, or relative to `base_dir`, never leaving it). The job is requeued with `scontrol requeue`
+    (`scontrol`): Slurm kills its processes (SIGTERM, SIGKILL after its KillWait: alertd's callbacks save nothing
+    then); once it is pending again it may start `backoff` (at least 2s) later (`scontrol update
+    StartTime=now+N`, where Slurm would hold it two minutes), and its callbacks apply the plan file once. A
+    give-up cancels the job (`scancel`). Each command may take `timeout`. `wait`, `grace` and `give_up_on`'s
+    output events are alertd exec's: not used.
+    """
 
     type: Literal["recover"]
     target: Literal["child", "slurm"] = "child"
@@ -294,8 +316,39 @@ class RecoverConfig(Strict):
     give_up_on: list[str] = Field(default_factory=lambda: ["cuda_oom"])
     near: int | None = Field(default=None, ge=0)
     checkpoints: str | None = Field(default=None, min_length=1)
+    base_dir: str | None = None
     wait: Duration = Field(default=10.0, ge=0)
     grace: Duration = Field(default=300.0, ge=0)
+    scontrol: str = Field(default="scontrol", min_length=1)
+
+    _SLURM_ONLY: ClassVar[tuple[str, ...]] = ("job_from", "scancel", "squeue", "scontrol", "timeout", "base_dir")
+    _CHILD_ONLY: ClassVar[tuple[str, ...]] = ("wait", "grace")
+
+    @model_validator(mode="after")
+    def _target_keys(self) -> RecoverConfig:
+        given = self.model_fields_set
+        if self.target == "child":
+            wrong = [k for k in self._SLURM_ONLY if k in given]
+            if wrong:
+                raise ValueError(f"`{wrong[0]}` is only used with target: slurm (target is child)")
+            return self
+        wrong = [k for k in self._CHILD_ONLY if k in given]
+        if wrong:
+            raise ValueError(
+                f"`{wrong[0]}` is only used with target: child (with target: slurm, Slurm stops the job: its KillWait)"
+            )
+        if self.checkpoints is None:
+            raise ValueError(
+                "target: slurm needs `checkpoints`: the directory of the run's checkpoint ledger, a path template "
+                "such as /runs/{run}/out"
+            )
+        _checked_path(self.checkpoints, self.base_dir, "checkpoints: ")
+        return self
+
+    def checkpoints_config(self) -> StopFileConfig:
+        """`checkpoints` (target slurm) as a `stop_file` notifier config: its template, expanded the same way."""
+        assert self.checkpoints is not None
+        return _checked_path(self.checkpoints, self.base_dir)
 
     @field_validator("give_up_on")
     @classmethod

@@ -1,4 +1,4 @@
-"""The `recover` notifier: roll the run back to its last good checkpoint and go on, under alertd exec.
+"""The `recover` notifier: roll the run back to its last good checkpoint and go on (exec's child, or a Slurm job).
 
 For each alert that turns FIRING (once per firing: `Firings`), the notifier hands the incident to the run's
 supervisor (`Supervisor`: alertd exec's for `target: child`, `alertd.service.recovery`; the service's for
@@ -19,6 +19,7 @@ from typing import Protocol
 
 from alertd.actions.base import Firings, Reports
 from alertd.actions.config import RecoverConfig
+from alertd.errors import NotifyError
 from alertd.model import Notification, Transition
 
 log = logging.getLogger(__name__)
@@ -84,10 +85,12 @@ Emit = Callable[[RecoverReport], Awaitable[None]]
 
 
 class Supervisor(Protocol):
-    """What restarts the run: alertd exec (`alertd.service.recovery.ExecRecovery`), or Slurm (`scontrol requeue`)."""
+    """What restarts the run: alertd exec (`alertd.service.recovery.ExecRecovery`), or Slurm (`scontrol requeue`:
+    `alertd.service.slurm_recovery.SlurmRecovery`)."""
 
     async def recover(self, cfg: RecoverConfig, alert: Transition, report: RecoverReport, emit: Emit) -> None:
-        """Act on `alert` as `cfg` says; every report (the first at once, the acknowledgement later) to `emit`."""
+        """Act on `alert` as `cfg` says; every report (the first at once, the acknowledgement later) to `emit`.
+        NotifyError: nothing was done (recoverable: it may pass, the firing is handed over again)."""
         ...
 
 
@@ -110,18 +113,33 @@ class RecoverNotifier:
         self.history = self._reports.history
 
     async def send(self, notification: Notification) -> None:
-        """Hand each newly firing alert to the supervisor, once per firing."""
+        """Hand each newly firing alert to the supervisor, once per firing. A supervisor's failure that may pass
+        (`NotifyError(recoverable=True)`: Slurm's controller out of reach) leaves that firing not acted on and is
+        raised after the rest: the delivery is retried."""
+        failure: NotifyError | None = None
         for alert in self._acted.fresh(notification, log, f"recover {self.name}"):
-            self._acted.add(alert.firing_id)
             base = RecoverReport(self.name, alert.fingerprint, alert.rule, stamp=f"{alert.since:.3f}")
             supervisor = self._supervisor(self.cfg) if self._supervisor is not None else None
             if supervisor is None:
+                self._acted.add(alert.firing_id)
                 why = "alertd restarts only a run it started: run the training under `alertd exec -- ...`"
                 if self.cfg.target == "slurm":
                     why = "no Slurm supervisor here (target: slurm needs the service, not a test harness)"
                 await self._reports.emit(replace(base, refused=why))
                 continue
-            await supervisor.recover(self.cfg, alert, base, self._reports.emit)
+            try:
+                await supervisor.recover(self.cfg, alert, base, self._reports.emit)
+            except NotifyError as exc:
+                if not exc.recoverable:
+                    self._acted.add(alert.firing_id)
+                    await self._reports.emit(replace(base, refused=str(exc)))
+                    continue
+                log.error("recover %s: %s (retried)", self.name, exc)
+                failure = failure or exc
+                continue
+            self._acted.add(alert.firing_id)
+        if failure is not None:
+            raise failure
 
     async def aclose(self) -> None:
         """Nothing to close: the supervisor owns the child."""

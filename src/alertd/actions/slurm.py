@@ -192,54 +192,12 @@ class SlurmNotifier:
 
     async def _job(self, job: str) -> Job:
         """The job as squeue lists it; Refused when it does not; NotifyError when squeue can't say."""
-        try:
-            done = await run_program(
-                [self.cfg.squeue, "--json", f"--jobs={job.split('_')[0]}"],
-                timeout=self.cfg.timeout,
-                max_stdout=MAX_SQUEUE,
-            )
-        except OSError as e:
-            why = f"slurm {self.name}: cannot run {self.cfg.squeue!r}: {e.strerror}"
-            raise NotifyError(why, recoverable=False) from None
-        err = done.stderr.decode(errors="replace").strip()[-_ERR_TAIL:]
-        if done.timed_out or done.returncode != 0 or done.stdout_cut:
-            if "Invalid job id" in err:
-                raise Refused(f"Slurm knows no job {job}")
-            why = "timed out" if done.timed_out else f"exited with status {done.returncode}: {err}"
-            raise NotifyError(f"slurm {self.name}: squeue {why}", recoverable=True)
-        try:
-            jobs = await asyncio.to_thread(parse_jobs, done.stdout)
-        except JobsError as e:
-            raise NotifyError(f"slurm {self.name}: {e}", recoverable=True) from None
-        for j in jobs:
-            if j.job_id == job:
-                return j
-        raise Refused(f"Slurm knows no job {job} (not in squeue's list: unknown, or ended long ago)")
+        return await find_job(self.cfg.squeue, job, self.cfg.timeout, f"slurm {self.name}")
 
     async def _scancel(self, job: str, sig: str | None) -> str | None:
         """Run scancel; None when it was taken, else why the job can't be acted on (a refusal).
         NotifyError when the controller can't be reached."""
-        argv = [self.cfg.scancel]
-        if sig is not None:
-            argv += [f"--signal={sig.removeprefix('SIG')}", "--full"]
-        argv.append(job)
-        try:
-            done = await run_program(argv, timeout=self.cfg.timeout, max_stdout=4096)
-        except OSError as e:
-            why = f"slurm {self.name}: cannot run {self.cfg.scancel!r}: {e.strerror}"
-            raise NotifyError(why, recoverable=False) from None
-        err = done.stderr.decode(errors="replace").strip()
-        if not done.timed_out and done.returncode == 0 and "error" not in err.lower():
-            return None
-        tail = err[-_ERR_TAIL:]
-        if "Invalid job id" in err:
-            return f"Slurm knows no job {job}"
-        if "already completing or completed" in err or "Job/step already" in err:
-            return "the job already ended"
-        if "denied" in err.lower() or "not permitted" in err.lower():
-            return f"scancel was refused: {tail}"
-        why = "timed out" if done.timed_out else f"failed (status {done.returncode}): {tail}"
-        raise NotifyError(f"slurm {self.name}: scancel {job} {why}", recoverable=True)
+        return await scancel_job(self.cfg.scancel, job, sig, self.cfg.timeout, f"slurm {self.name}")
 
     async def _follow(self, report: SlurmReport) -> None:
         """After the first command: wait for the end (grace), cancel when asked, then report."""
@@ -287,3 +245,68 @@ class SlurmNotifier:
 
     async def _emit(self, report: SlurmReport) -> None:
         await self._reports.emit(report)
+
+
+# -- the controller's commands, shared with `recover`'s Slurm supervisor (`alertd.service.slurm_recovery`) ------
+
+
+async def find_job(squeue: str, job: str, timeout: float, who: str) -> Job:
+    """The job as `squeue --json` lists it; Refused when it does not; NotifyError (recoverable) when squeue can't
+    say, (not recoverable) when it can't be run. `who` starts the errors' messages."""
+    try:
+        done = await run_program(
+            [squeue, "--json", f"--jobs={job.split('_')[0]}"], timeout=timeout, max_stdout=MAX_SQUEUE
+        )
+    except OSError as e:
+        raise NotifyError(f"{who}: cannot run {squeue!r}: {e.strerror}", recoverable=False) from None
+    err = done.stderr.decode(errors="replace").strip()[-_ERR_TAIL:]
+    if done.timed_out or done.returncode != 0 or done.stdout_cut:
+        if "Invalid job id" in err:
+            raise Refused(f"Slurm knows no job {job}")
+        why = "timed out" if done.timed_out else f"exited with status {done.returncode}: {err}"
+        raise NotifyError(f"{who}: squeue {why}", recoverable=True)
+    try:
+        jobs = await asyncio.to_thread(parse_jobs, done.stdout)
+    except JobsError as e:
+        raise NotifyError(f"{who}: {e}", recoverable=True) from None
+    for j in jobs:
+        if j.job_id == job:
+            return j
+    raise Refused(f"Slurm knows no job {job} (not in squeue's list: unknown, or ended long ago)")
+
+
+async def scancel_job(scancel: str, job: str, sig: str | None, timeout: float, who: str) -> str | None:
+    """Run scancel (with `sig`: `--signal=<sig> --full`); None when it was taken, else why the job can't be acted
+    on (a refusal). NotifyError when the controller can't be reached."""
+    argv = [scancel]
+    if sig is not None:
+        argv += [f"--signal={sig.removeprefix('SIG')}", "--full"]
+    argv.append(job)
+    return await controller_command(argv, job, timeout, who, "scancel")
+
+
+async def controller_command(argv: list[str], job: str, timeout: float, who: str, what: str) -> str | None:
+    """Run a command on `job` (`what`: scancel, `scontrol requeue`); None when the controller took it, else why the job
+    can't be acted on (a refusal: Slurm said no). NotifyError when it failed otherwise (recoverable: it may pass,
+    a controller that can't be reached; not recoverable: the program can't be run)."""
+    try:
+        done = await run_program(argv, timeout=timeout, max_stdout=4096)
+    except OSError as e:
+        raise NotifyError(f"{who}: cannot run {argv[0]!r}: {e.strerror}", recoverable=False) from None
+    err = done.stderr.decode(errors="replace").strip()
+    if not done.timed_out and done.returncode == 0 and "error" not in err.lower():
+        return None
+    tail = err[-_ERR_TAIL:]
+    if "Invalid job id" in err:
+        return f"Slurm knows no job {job}"
+    if "already completing or completed" in err or "Job/step already" in err:
+        return "the job already ended"
+    if (
+        "denied" in err.lower()
+        or "not permitted" in err.lower()
+        or "disabled" in err.lower()
+        or "pending execution" in err.lower()
+    ):
+        return f"{what} was refused: {tail}"
+    why = "timed out" if done.timed_out else f"failed (status {done.returncode}): {tail}"
+    raise NotifyError(f"{who}: {what} {job} {why}", recoverable=True)

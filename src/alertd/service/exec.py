@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from alertd.actions.config import RecoverConfig
 from alertd.dispatch.announce import ActionReport
 from alertd.dispatch.outbox import STATE_DIR_ENV, StateDirError, StateDirLocked
 from alertd.durations import format_duration
@@ -106,6 +107,17 @@ def run_exec(
             return 2
     if service is None:
         log.error("alertd exec: every state directory for run %s is in use: give one with --state-dir DIR", name)
+        return 2
+    on_slurm = sorted(
+        n for n, c in service.config.notifiers.items() if isinstance(c, RecoverConfig) and c.target == "slurm"
+    )
+    if on_slurm:
+        log.error(
+            "alertd exec: notifier %s is a recover with target: slurm, which requeues a Slurm job from the alertd "
+            "service; under alertd exec the run is the child: use target: child (the default)",
+            on_slurm[0],
+        )
+        service.state.close()  # the child is not started: nothing to save
         return 2
     recovering = any(cfg.type == "recover" for cfg in service.config.notifiers.values())
     if recovering and stop_file is None:  # recover stops the child through its callbacks first

@@ -102,12 +102,12 @@ class ExecRecovery:
             return
         try:
             data = json.loads(raw)
-            plans = tuple(_plan_from(p) for p in data.get("plans", ()))
+            plans = tuple(plan_from(p) for p in data.get("plans", ()))
             self.history = History(tuple(p.incident for p in plans), plans)
             self.attempt = int(data.get("attempt", 1))
             pending = data.get("pending")
             if isinstance(pending, dict):
-                plan = _plan_from(pending["plan"])
+                plan = plan_from(pending["plan"])
                 base = RecoverReport(str(pending.get("notifier", "recover")), "", plan.incident.rule)
                 self.pending = Pending(plan, str(pending["ledger"]), 0.0, base, None)
                 log.warning(
@@ -277,25 +277,24 @@ class ExecRecovery:
             await asyncio.sleep(ACK_POLL)
         else:
             return
-        report = replace(
-            pending.report, stamp=pending.report.stamp + f"-resumed-{pending.plan.attempt}", phase="resumed"
-        )
-        if body.get("applied") is not True:
-            why = str(body.get("refused") or "no reason given")[:300]
-            await pending.emit(
-                replace(report, refused=f"attempt {pending.plan.attempt}'s trainer refused the plan: {why}")
-            )
-            return
-        step = body.get("resumed_step")
-        await pending.emit(
-            replace(
-                report,
-                step=step if isinstance(step, int) else None,
-                old_lr=_number(body.get("old_lr")),
-                new_lr=_number(body.get("new_lr")),
-                checkpoint=str(body.get("checkpoint") or pending.plan.checkpoint),
-            )
-        )
+        await pending.emit(acknowledged(pending.report, pending.plan, body))
+
+
+def acknowledged(report: RecoverReport, plan: Plan, body: dict[str, Any]) -> RecoverReport:
+    """The `resumed` report of `plan`'s attempt from its trainer's acknowledgement `body` (`ACK_NAME`), after the
+    `planned` one, `report`: where it resumed, its LR before and after; or that it refused the plan, and why."""
+    report = replace(report, stamp=report.stamp + f"-resumed-{plan.attempt}", phase="resumed")
+    if body.get("applied") is not True:
+        why = str(body.get("refused") or "no reason given")[:300]
+        return replace(report, refused=f"attempt {plan.attempt}'s trainer refused the plan: {why}")
+    step = body.get("resumed_step")
+    return replace(
+        report,
+        step=step if isinstance(step, int) else None,
+        old_lr=_number(body.get("old_lr")),
+        new_lr=_number(body.get("new_lr")),
+        checkpoint=str(body.get("checkpoint") or plan.checkpoint),
+    )
 
 
 class _Refused(Exception):
@@ -306,7 +305,8 @@ def _number(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _plan_from(data: dict[str, Any]) -> Plan:
+def plan_from(data: dict[str, Any]) -> Plan:
+    """A plan as `Plan.as_json` wrote it in a recovery record (KeyError, ValueError, TypeError: not one)."""
     skip = data.get("skip") or None
     return Plan(
         int(data["attempt"]),
