@@ -254,6 +254,8 @@ def _recoveries(cfg: Config, checkpoints: str | None, dirs: dict[tuple[str, str]
     """What the `recover` notifiers would have done, over the replay's transitions: None without one. Each one's
     ledger is in its `checkpoints:` directory, else in `--checkpoints DIR`, else beside the run's samples file."""
     from alertd.actions.config import RecoverConfig
+    from alertd.actions.recover import ledger_dir
+    from alertd.errors import NotifyError
     from alertd.runs.recovery_replay import Recoveries, route_receivers
 
     recover = {name: n for name, n in cfg.notifiers.items() if isinstance(n, RecoverConfig)}
@@ -262,7 +264,11 @@ def _recoveries(cfg: Config, checkpoints: str | None, dirs: dict[tuple[str, str]
     read: dict[str, list[dict[str, object]] | str] = {}
 
     def ledger(notifier: str, source: str, run: str) -> list[dict[str, object]] | str:
-        where = recover[notifier].checkpoints or checkpoints or dirs.get((source, run))
+        try:
+            named = ledger_dir(notifier, recover[notifier], {"source": source, "run": run})
+        except NotifyError as exc:
+            return str(exc)
+        where = named or checkpoints or dirs.get((source, run))
         if where is None:
             why = "give the notifier checkpoints: DIR, or dry-run --checkpoints DIR"
             return f"no checkpoint ledger for run {run!r}: {why}"

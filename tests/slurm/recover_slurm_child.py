@@ -1,4 +1,4 @@
-"""The plain PyTorch loop of `tests/exec/recover_torch_child.py`, as a Slurm job: `python recover_slurm_child.py
+"""The plain PyTorch loop of `examples/recover/loop_train.py`, as a Slurm job: `python recover_slurm_child.py
 OUTDIR TBDIR`.
 
 The same linear model, Adam at a constant LR 1e-3, `AlertdLoop` saving `alertd-step=N.pt` in OUTDIR every 10 updates

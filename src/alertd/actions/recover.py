@@ -13,12 +13,14 @@ only a run it started.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+import os
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from alertd.actions.base import Firings, Reports
 from alertd.actions.config import RecoverConfig
+from alertd.actions.stop_file import StopFileNotifier
 from alertd.errors import NotifyError
 from alertd.model import Notification, Transition
 
@@ -82,6 +84,17 @@ class RecoverReport:
 
 
 Emit = Callable[[RecoverReport], Awaitable[None]]
+
+
+def ledger_dir(name: str, cfg: RecoverConfig, labels: Mapping[str, str]) -> str | None:
+    """The checkpoint ledger's directory `cfg.checkpoints` names for an alert with `labels` (a `{label}` template
+    with `target: slurm`, expanded and checked as a `stop_file` path); None without `checkpoints`. NotifyError
+    when the template can't be expanded for these labels."""
+    if cfg.checkpoints is None:
+        return None
+    if cfg.target == "child":
+        return os.path.abspath(cfg.checkpoints)
+    return os.path.abspath(StopFileNotifier(name, cfg.checkpoints_config()).path_for_labels(labels))
 
 
 class Supervisor(Protocol):

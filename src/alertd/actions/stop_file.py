@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
@@ -105,7 +105,10 @@ class StopFileNotifier:
 
     def path_for(self, alert: Transition) -> Path:
         """The expanded, checked path for `alert`; NotifyError(recoverable=False) when refused."""
-        labels = dict(alert.labels)
+        return self.path_for_labels(dict(alert.labels))
+
+    def path_for_labels(self, labels: Mapping[str, str]) -> Path:
+        """The expanded, checked path for an alert with `labels`; NotifyError(recoverable=False) when refused."""
         text = []
         for is_label, part in self._parts:
             if not is_label:

@@ -22,6 +22,7 @@ import yaml
 from pydantic import TypeAdapter
 
 from alertd.actions.config import RecoverConfig, action_receivers
+from alertd.actions.recover import ledger_dir
 from alertd.api.models import MAX_TIME
 from alertd.config import Config
 from alertd.config.merge import _merge
@@ -29,7 +30,7 @@ from alertd.config.validate import _validate
 from alertd.dispatch.plan import PlanState, plan
 from alertd.dispatch.routes import Route
 from alertd.dryrun import named_root_run, replay, transition_json
-from alertd.errors import ConfigError, Problem, SourceError
+from alertd.errors import ConfigError, NotifyError, Problem, SourceError
 from alertd.integrations.ledger import LEDGER_NAME, ledger_path
 from alertd.integrations.ledger import read as read_ledger
 from alertd.model import Notification, Sample, Transition, format_time
@@ -273,7 +274,10 @@ def would_recover(
     read: dict[str, list[dict[str, Any]] | str] = {}
 
     def ledger(notifier: str, source: str, run: str) -> list[dict[str, Any]] | str:
-        where = recover[notifier].checkpoints or default_dir
+        try:
+            where = ledger_dir(notifier, recover[notifier], {"source": source, "run": run}) or default_dir
+        except NotifyError as exc:
+            return str(exc)
         if where is None:
             return "no checkpoint ledger: give the notifier checkpoints: DIR (under an allowed directory)"
         if where not in read:

@@ -45,9 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 from alertd.actions.base import Refused
 from alertd.actions.config import RecoverConfig
-from alertd.actions.recover import Emit, RecoverReport
+from alertd.actions.recover import Emit, RecoverReport, ledger_dir
 from alertd.actions.slurm import controller_command, find_job, scancel_job
-from alertd.actions.stop_file import StopFileNotifier
 from alertd.actions.targets import SlurmJobTargets
 from alertd.errors import NotifyError
 from alertd.integrations import ledger
@@ -235,7 +234,7 @@ class SlurmRecovery:
             await emit(replace(report, refused=f"Slurm job {job} already ended ({found.state})"))
             return
         try:
-            directory = os.path.abspath(StopFileNotifier(report.notifier, cfg.checkpoints_config()).path_for(alert))
+            directory = ledger_dir(report.notifier, cfg, dict(alert.labels)) or ""
         except NotifyError as exc:
             await emit(replace(report, refused=f"checkpoints: {str(exc).split(': ', 1)[-1]}"))
             return
