@@ -121,6 +121,22 @@ async def test_export_shows_the_newest_value_of_each_named_series(tmp_path: Path
     }
 
 
+async def test_export_timestamps_show_when_each_series_last_wrote(tmp_path: Path) -> None:
+    service = service_with(tmp_path, "export: {metrics: [train/step_time], timestamps: true}\n")
+    async with serving(service) as client:
+        t = time.time()
+        samples = [
+            Sample(key("train/step_time", run="j", rank=str(rank)), t - age, 7, 0.1)
+            for rank, age in ((0, 0.0), (1, 300.0))
+        ]
+        service.ingest(samples, t)
+        got = families((await client.get("/metrics")).text)
+    assert sorted(got["train_step_time_timestamp_seconds"], key=str) == sorted(
+        [({"run": "j", "rank": "0"}, t), ({"run": "j", "rank": "1"}, t - 300.0)], key=str
+    )
+    assert len(got["train_step_time"]) == 2 and got["alertd_export_series"] == [({}, 2.0)]
+
+
 async def test_nothing_is_exported_without_export(tmp_path: Path) -> None:
     service = service_with(tmp_path)
     async with serving(service) as client:
@@ -188,7 +204,10 @@ async def test_a_scrape_of_100k_buffered_series_stays_cheap(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("export", "message"),
     [
-        ("[a]", 'export: expected a mapping such as {metrics: ["*loss", "gpu.*"], max_series: 10000}'),
+        (
+            "[a]",
+            'export: expected a mapping such as {metrics: ["*loss", "gpu.*"], max_series: 10000, timestamps: false}',
+        ),
         (
             "{metrics: 5}",
             'export.metrics: expected a metric name or glob, or a list of them such as ["*loss", "gpu.*"], got 5',
@@ -198,7 +217,8 @@ async def test_a_scrape_of_100k_buffered_series_stays_cheap(tmp_path: Path) -> N
         ("{metrics: ['*loss'], max_series: many}", "export.max_series: Input should be a valid integer"),
         (
             "{metric: ['*loss']}",
-            "export.metric: unknown key 'metric'; did you mean 'metrics'? (the keys here: max_series, metrics)",
+            "export.metric: unknown key 'metric'; did you mean 'metrics'? "
+            "(the keys here: max_series, metrics, timestamps)",
         ),
     ],
 )

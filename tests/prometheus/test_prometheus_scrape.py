@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import shutil
 import subprocess
 import time
@@ -56,15 +57,20 @@ DEPLOYED = Path(__file__).resolve().parents[2] / "deploy" / "multinode" / "prome
 
 
 @contextlib.contextmanager
-def prometheus(tmp: Path, targets: list[str]) -> Iterator[httpx.Client]:
-    """Prometheus on deploy/multinode/prometheus.yml, its API on a free port of 127.0.0.1: the example
-    nodes replaced by `targets`, the Alertmanager peers by ports nothing listens on, and the scrape
-    interval by 1s (the example's 30s would make a slow test); nothing else is changed."""
+def prometheus(tmp: Path, targets: list[str], at_once: bool = False) -> Iterator[httpx.Client]:
+    """Prometheus on deploy/multinode/prometheus.yml and its training-rules.yml, its API on a free port of
+    127.0.0.1: the example nodes replaced by `targets`, the Alertmanager peers by ports nothing listens on,
+    the scrape and rule evaluation intervals by 1s (the example's 30s would make a slow test) and, `at_once`,
+    the rules' `for:` by 0s; nothing else is changed."""
     nodes = dict(zip(("gpu1.example:9090", "gpu2.example:9090"), targets, strict=True))
     peers = {f"am{i}.example:9093": f"127.0.0.1:{free_port()}" for i in (1, 2)}
+    rules = (DEPLOYED.parent / "training-rules.yml").read_text()
+    if at_once:
+        rules = re.sub(r"for: \d+m", "for: 0s", rules)
+    (tmp / "training-rules.yml").write_text(rules)
     text = DEPLOYED.read_text()
-    assert "scrape_interval: 30s" in text
-    text = text.replace("scrape_interval: 30s", "scrape_interval: 1s")
+    assert "scrape_interval: 30s" in text and "rule_files: [training-rules.yml]" in text
+    text = text.replace("scrape_interval: 30s", "scrape_interval: 1s\n  evaluation_interval: 1s")
     for example, real in {**nodes, **peers}.items():
         assert example in text, example
         text = text.replace(example, real)
@@ -147,3 +153,52 @@ def test_prometheus_scrapes_alerts_and_exported_losses_from_two_nodes(tmp_path: 
         ("exp3", b_at, "0.25"),
     }
     assert {x["metric"]["source"] for x in losses} == {"runs"}
+
+
+RANK_RULES = """\
+sources:
+  - {{type: samples, name: train, path: "{samples}", interval: 0.2}}
+rules: []
+export: {{metrics: [train/step_time], timestamps: true}}
+"""
+
+
+def ranks_node(tmp: Path, name: str, ranks: list[tuple[str, int, float, float]]) -> Served:
+    """alertd whose samples hold, per (run, rank, step time, age in seconds), that rank's last `train/step_time`."""
+    home = tmp / name
+    home.mkdir()
+    samples = home / "samples.jsonl"
+    now = time.time()
+    lines = [
+        {
+            "metric": "train/step_time",
+            "labels": {"run": run, "rank": str(rank)},
+            "time": now - age,
+            "step": 7,
+            "value": value,
+        }
+        for run, rank, value, age in ranks
+    ]
+    samples.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return Served(home, RANK_RULES.format(samples=samples))
+
+
+def test_prometheus_names_the_straggler_the_silent_rank_and_the_hung_job_across_two_nodes(tmp_path: Path) -> None:
+    """deploy/multinode/training-rules.yml over what two nodes' alertd export: job j1's rank 3 (node b) takes
+    2.5x the median step time, its rank 1 (node a) ended no step for 5 minutes while the others go on; every rank
+    of job j2 has been silent for 15 minutes."""
+    with (
+        ranks_node(tmp_path, "a", [("j1", 0, 0.1, 0), ("j1", 1, 0.1, 300), ("j2", 0, 0.1, 900)]) as a,
+        ranks_node(tmp_path, "b", [("j1", 2, 0.1, 0), ("j1", 3, 0.25, 0), ("j2", 1, 0.1, 900)]) as b,
+        prometheus(tmp_path, [a.url.removeprefix("http://"), b.url.removeprefix("http://")], at_once=True) as prom,
+    ):
+        deadline = time.monotonic() + 30
+        firing: set[tuple[str, str, str]] = set()
+        while time.monotonic() < deadline:
+            alerts = query(prom, 'ALERTS{alertstate="firing"}')
+            firing = {(x["metric"]["alertname"], x["metric"]["run"], x["metric"].get("rank", "")) for x in alerts}
+            if len(firing) >= 3:
+                break
+            time.sleep(0.25)
+        logs = (tmp_path / "prometheus.log").read_text(errors="replace")[-3000:]
+    assert firing == {("RankStraggler", "j1", "3"), ("RankStalled", "j1", "1"), ("JobHung", "j2", "")}, logs

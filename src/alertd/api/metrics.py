@@ -4,7 +4,8 @@ Besides alertd's own metrics it shows what Prometheus would record for alertd's 
 the rules itself (`rules/alerting.go`): `ALERTS{alertname, alertstate, <labels>}` 1 for each pending and
 firing alert and `ALERTS_FOR_STATE{alertname, <labels>}` its active-since time (epoch seconds); and, with
 `export:` in the rules file, the newest value of each buffered series whose metric it names, a gauge named
-after the metric (`train/loss{run="exp1"}` -> `train_loss{run="exp1"}`).
+after the metric (`train/loss{run="exp1"}` -> `train_loss{run="exp1"}`; with `timestamps`, the time of its newest
+sample as `<name>_timestamp_seconds`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from alertd.rules.rule import compile_metric_patterns
 RESERVED_PREFIXES = ("alertd_", "ALERTS")
 """Exported series may not take these names (alertd's own metrics and the alerts')."""
 EXPORT_HELP = "The newest value of an alertd series (export: in the rules file)."
+TIMESTAMP_SUFFIX = "_timestamp_seconds"
+TIMESTAMP_HELP = "When the newest sample of an exported alertd series was taken, epoch seconds (export: timestamps)."
 
 
 class ServiceCollector(Collector):
@@ -149,10 +152,11 @@ class ServiceCollector(Collector):
             labels=["reason"],
         )
         families: dict[str, Metric] = {}
-        counts = {"limit": 0, "collision": 0, "reserved": 0}
+        counts, shown = {"limit": 0, "collision": 0, "reserved": 0}, 0
         if export.metrics:
-            counts = _export(self.service.engine.buffer, tuple(export.metrics), export.max_series, families)
-        exported.add_metric([], sum(len(f.samples) for f in families.values()))
+            buffer = self.service.engine.buffer
+            counts, shown = _export(buffer, tuple(export.metrics), export.max_series, families, export.timestamps)
+        exported.add_metric([], shown)
         for reason, n in counts.items():
             dropped.add_metric([reason], n)
         yield from (exported, dropped)
@@ -175,10 +179,14 @@ def _patterns(patterns: tuple[str, ...]) -> tuple[frozenset[str], Any]:
     return compile_metric_patterns(patterns)
 
 
-def _export(buffer: Any, patterns: tuple[str, ...], limit: int, families: dict[str, Metric]) -> dict[str, int]:
+def _export(
+    buffer: Any, patterns: tuple[str, ...], limit: int, families: dict[str, Metric], timestamps: bool = False
+) -> tuple[dict[str, int], int]:
     """Fill `families` (by name) with the newest value of each series of `buffer` whose metric matches
     `patterns`, the first `limit` of them in the buffer's order (oldest series first: the same ones from one
-    scrape to the next); the counts of those left out, by reason. One pass; per metric name, one match."""
+    scrape to the next); the counts of those left out, by reason, and the number shown. One pass; per metric
+    name, one match. With `timestamps`, each series also shows the time of its newest sample as
+    `<name>_timestamp_seconds`."""
     names, glob = _patterns(patterns)
     counts = {"limit": 0, "collision": 0, "reserved": 0}
     by_metric: dict[str, str | None] = {}  # metric -> its exported name; None: not exported
@@ -211,8 +219,14 @@ def _export(buffer: Any, patterns: tuple[str, ...], limit: int, families: dict[s
         if family is None:
             family = families[name] = Metric(name, EXPORT_HELP, "gauge")
         family.add_sample(name, labels, s.values[-1])
+        if timestamps:
+            stamp = name + TIMESTAMP_SUFFIX
+            family = families.get(stamp)
+            if family is None:
+                family = families[stamp] = Metric(stamp, TIMESTAMP_HELP, "gauge")
+            family.add_sample(stamp, labels, s.times[-1])
         shown += 1
-    return counts
+    return counts, shown
 
 
 def source_up(health: Any) -> bool:

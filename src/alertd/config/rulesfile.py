@@ -146,12 +146,17 @@ class ExportConfig(Strict):
     """Names or globs (`*loss`, `gpu.*`) of the metrics to export."""
     max_series: int = Field(default=10_000, ge=1, le=1_000_000)
     """The most series one scrape shows; the rest are counted in `alertd_export_dropped_series`."""
+    timestamps: bool = False
+    """Also show, per series, `<name>_timestamp_seconds`: when its newest sample was taken (a heartbeat
+    Prometheus can judge across nodes: a rank silent, a job hung)."""
 
     @model_validator(mode="before")
     @classmethod
     def _mapping(cls, value: Any) -> Any:
         if not isinstance(value, Mapping | cls):
-            raise ValueError('expected a mapping such as {metrics: ["*loss", "gpu.*"], max_series: 10000}')
+            raise ValueError(
+                'expected a mapping such as {metrics: ["*loss", "gpu.*"], max_series: 10000, timestamps: false}'
+            )
         return value
 
     @field_validator("metrics", mode="before")
