@@ -10,6 +10,10 @@ hooks. The run markers are those alertd's run tracking reads:
 - at the end, `run.crashed` = 0 and `run.finished` = 1 (it finished), or `run.crashed` = 1 (label
   `exception`: the exception's type name) and `run.finished` = 1 (it crashed).
 
+- while a run is recorded, alertd's `stacks` action may ask for every thread's Python stack: the signal
+  SIGRTMIN+6 makes `faulthandler` write them to `<output_dir>/alertd-stacks.rank<N>.txt`
+  (`alertd-stacks.txt` in a one-process run), even while the main thread waits in a collective
+  (`alertd.integrations.stacks`);
 - `train/step_time` at every step end: the seconds since the previous step end (the first: since the start),
   from a monotonic clock; on every rank, it is each rank's heartbeat too (one line a step, about 10 µs).
 
@@ -43,6 +47,7 @@ from alertd.integrations.samples_writer import (
     SamplesWriter,
     run_labels,
 )
+from alertd.integrations.stacks import StacksHook
 from alertd.integrations.stop import DEFAULT_SIGNALS, DEFAULT_STOP_NAME, STOP_FILE, STOP_FILE_ENV, StopRequest
 
 log = logging.getLogger("alertd.integrations")
@@ -85,6 +90,9 @@ class RunRecorder:
         """This process's rank labels (`alertd.integrations.ranks`), from `start()`; {} in a one-process run."""
         self._atexit = False
         self._step_end = 0.0
+        self.stacks = StacksHook()
+        """Every thread's stack to `<output_dir>/alertd-stacks[.rank<N>].txt` on alertd's signal
+        (`alertd.integrations.stacks`)."""
 
     def start(self, base_dir: str | os.PathLike[str], step: int) -> None:
         """Training begins in `base_dir` (the output directory): open the samples file, listen for a stop."""
@@ -103,6 +111,7 @@ class RunRecorder:
             log.warning("alertd: can't create the directory of the stop file %s: %s", stop_file, e)
         self.stop = StopRequest(stop_file, self.signals)
         self.stop.install()
+        self.stacks.install(base, self.ranks.get("rank"))
         self.active = True
         self.last_step = step
         if not self._atexit:
@@ -173,6 +182,7 @@ class RunRecorder:
     def _close(self) -> None:
         self.active = False
         self.stop.uninstall()
+        self.stacks.uninstall()
         if self.writer is not None:
             self.writer.close()
             self.writer = None
