@@ -42,6 +42,7 @@ NOTIFIERS: dict[str, str] = {
     "skip_step": "alertd.actions.inprocess:InProcessNotifier",
     "save": "alertd.actions.inprocess:InProcessNotifier",
     "recover": "alertd.actions.recover:RecoverNotifier",
+    "stacks": "alertd.actions.stacks:StacksNotifier",
 }
 
 

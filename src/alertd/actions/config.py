@@ -371,7 +371,30 @@ class RecoverConfig(SlurmJobConfig):
         )
 
 
-ACTION_TYPES = ("kill", "stop_file", "wandb_stop", "slurm", "lr_scale", "skip_step", "save", "recover")
+class StacksConfig(Strict):
+    """Captures what each process of the alert's run is doing (every thread's Python stack) and reports it.
+
+    `target` finds the run's processes as `kill`'s does, and proves them the same way: `child` (alertd exec's
+    trainer: the default under `alertd exec`) or `writer` (the run's verified writer); then its ranks: under
+    `child`, the child's descendants with RANK in their environment (the child itself when it has none), under
+    `writer`, the processes of the writer's torchrun job (its parent's children with RANK and the same
+    TORCHELASTIC_RUN_ID). Each is asked first through alertd's callbacks' hook (`alertd.integrations.stacks`:
+    a signal, then up to `wait` for its stacks file to grow), else with `py_spy` (`py-spy dump`, at most
+    `py_spy_timeout`; needs ptrace), else the report says why no stack could be taken. `summary_chars`: the
+    notification's size; `max_bytes`: the whole dump kept on the run (split between the processes)."""
+
+    type: Literal["stacks"]
+    target: Literal["child", "writer"] = "writer"
+    wait: Duration = Field(default=2.0, gt=0, le=30)
+    py_spy: str | None = "py-spy"
+    py_spy_timeout: Duration = Field(default=10.0, gt=0, le=120)
+    summary_chars: int = Field(default=3000, ge=200, le=100_000)
+    max_bytes: int = Field(default=256 * 1024, ge=4096, le=16 * 1024 * 1024)
+    max_processes: int = Field(default=64, ge=1, le=1024)
+    allow_other_users: bool = False
+
+
+ACTION_TYPES = ("kill", "stop_file", "wandb_stop", "slurm", "lr_scale", "skip_step", "save", "recover", "stacks")
 """Notifier types that act on the training run rather than tell people. Each firing reaches them at once and
 alone (`alertd.dispatch.plan`'s immediate receivers); what they did is announced to the alert's other
 receivers, never to these."""
@@ -385,9 +408,10 @@ ActionConfig = (
     | SkipStepConfig
     | SaveConfig
     | RecoverConfig
+    | StacksConfig
 )
 """The actions' configurations (`notifiers:` entries of types kill, stop_file, wandb_stop, slurm, lr_scale,
-skip_step and save)."""
+skip_step, save, recover and stacks)."""
 
 
 def action_receivers(notifiers: Mapping[str, object]) -> frozenset[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from alertd.actions.config import ACTION_TYPES, KillConfig, RecoverConfig, SlurmNotifierConfig
+from alertd.actions.config import ACTION_TYPES, KillConfig, RecoverConfig, SlurmNotifierConfig, StacksConfig
 from alertd.actions.recover import Supervisor
 from alertd.clock import Clock
 from alertd.config import Config
@@ -80,7 +80,7 @@ class Notifiers:
 
     def _notifier(self, name: str, cfg: NotifierConfig) -> Notifier:
         kwargs: dict[str, Any] = {}
-        if isinstance(cfg, KillConfig):
+        if isinstance(cfg, KillConfig | StacksConfig):
             if self.exec_mode and "target" not in cfg.model_fields_set:
                 cfg = cfg.model_copy(update={"target": "child"})  # under exec, the trainer is the child
             kwargs |= {"writers": self.writers.writer, "claims": self.writers.claims, "child": self._child}
