@@ -216,7 +216,8 @@ class RunOut(BaseModel):
     """What the actions did about the run, oldest first, the newest 20: `action`, `notifier`, `rule`, `refused`
     (why not, or null), `summary`, `time` (RFC 3339), and the report's own fields where it has them (lr_scale,
     skip_step, save: `acked`, `step`, `old_lr`, `new_lr`, `checkpoint`; recover: `phase`, `attempt`, `plan`,
-    `checkpoint`, `step`, `old_lr`, `new_lr`)."""
+    `checkpoint`, `step`, `old_lr`, `new_lr`; stacks: `target`, `host`, `pid`, `took` and `processes`, per process
+    `pid`, `rank`, `method`, `error`, `frames`, `truncated` and the whole `dump`)."""
 
 
 class SeriesOut(BaseModel):

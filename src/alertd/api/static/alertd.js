@@ -267,9 +267,28 @@
           h("td", {}, a.step === null || a.step === undefined ? "" : String(a.step)),
           h("td", {}, a.old_lr !== null && a.old_lr !== undefined && a.new_lr !== null && a.new_lr !== undefined ? `${a.old_lr} -> ${a.new_lr}` : ""),
           h("td", {}, a.checkpoint || ""),
-          h("td", { class: a.refused ? "state-firing" : "" }, a.summary)
+          h("td", { class: a.refused ? "state-firing" : "" }, a.summary, stackDumps(a.processes))
         )
       );
+  }
+
+  function stackDumps(processes) {
+    // a `stacks` report: each process's whole dump, folded
+    if (!Array.isArray(processes) || !processes.length) return null;
+    return h(
+      "details",
+      { class: "stack-dumps" },
+      h("summary", {}, `stacks of ${processes.length} process${processes.length === 1 ? "" : "es"}`),
+      processes.map((p) =>
+        h(
+          "div",
+          { "data-pid": p.pid, "data-rank": p.rank === null || p.rank === undefined ? "" : p.rank },
+          h("h3", {}, `${p.rank === null || p.rank === undefined ? "" : `rank ${p.rank} `}pid ${p.pid} (${p.method})${p.truncated ? ", truncated" : ""}`),
+          p.error ? h("p", {}, p.error) : null,
+          p.dump ? h("pre", {}, p.dump) : null
+        )
+      )
+    );
   }
 
   // -- silences -------------------------------------------------------------------------------------
