@@ -124,8 +124,8 @@ class StacksReport:
         if self.run:
             head += f" (run {self.run})"
         if self.refused is not None:
-            who = f"pid {self.pid}" if self.pid is not None else "no process"
-            text = f"{head}: REFUSED {who} on {self.host}: {self.refused}"
+            who = f" pid {self.pid}" if self.pid is not None else ""
+            text = f"{head}: REFUSED{who} on {self.host}: {self.refused}"
         else:
             parts = []
             for p in sorted(self.processes, key=_rank_order):
