@@ -34,6 +34,8 @@ async def test_every_action_type_builds_an_action_of_the_one_contract(tmp_path: 
         "lr_scale": {"type": "lr_scale", "path": str(tmp_path / "{run}"), "factor": 0.5, "at_most": 3},
         "skip_step": {"type": "skip_step", "base_dir": str(tmp_path), "path": "{run}/alertd-commands"},
         "save": {"type": "save", "path": str(tmp_path / "{run}" / "alertd-commands"), "wait": "5m"},
+        "recover": {"type": "recover"},
+        "stacks": {"type": "stacks", "target": "child", "wait": "1s"},
     }
     assert set(configs) == set(ACTION_TYPES)  # a new action gets a line here
     adapter: TypeAdapter[NotifierConfig] = TypeAdapter(NotifierConfig)
