@@ -23,6 +23,9 @@ The story (one training step every 10 s, GPU readings every 10 s, t = seconds af
   (run_lost at the end of the data, t = 6500);
 - a fourth run, `gpt-diverge`, logs train/loss at 2.0 for 220 steps, then climbing 0.05 a step, too slowly for
   loss_spike: the last 20 samples average 1.5x the 200 before at step 249, t = 2490 (loss_diverging);
+- a fifth run, `ddp-4`, four ranks on two nodes writing train/step_time every 10 s: rank 3 takes 2 s a step
+  instead of 1 s from t = 1000 to 2000 (rank_straggler), rank 2 ends no step from t = 3000 to 3300 while the
+  others go on (rank_stalled);
 - Slurm (a `slurm` source): job 12345, submitted an hour before the data starts, waits in the queue (its
   pending time passes 2 hours at t = 3900: slurm_job_pending); job 12346 starts at t = 3000 and ends
   OUT_OF_MEMORY at t = 5200 (slurm_job_failed).
@@ -109,6 +112,19 @@ def diverging() -> list[tuple[float, str]]:
     return out
 
 
+def distributed() -> list[tuple[float, str]]:
+    out = []
+    for i in range(0, 7000, 10):  # to the end of the data, so the job never looks stalled
+        t = float(i)
+        for rank in range(4):
+            if rank == 2 and 3000 <= t < 3300:
+                continue  # rank 2 ends no step for 5 minutes while the others go on
+            labels = {"source": "raw", "run": "ddp-4", "host": f"node{3 + rank // 2}", "rank": str(rank)}
+            slow = rank == 3 and 1000 <= t < 2000  # rank 3 takes twice as long a step for 1000 s
+            out.append((t, line("train/step_time", labels, t, i // 10, 2.0 if slow else 1.0)))
+    return out
+
+
 def slurm() -> list[tuple[float, str]]:
     out = []
     waiting = {
@@ -141,7 +157,7 @@ def slurm() -> list[tuple[float, str]]:
 
 
 def main() -> None:
-    rows = sorted(training() + gpus() + diverging() + slurm(), key=lambda r: r[0])
+    rows = sorted(training() + gpus() + diverging() + distributed() + slurm(), key=lambda r: r[0])
     OUT.write_text("".join(text + "\n" for _, text in rows))
     print(f"wrote {len(rows)} samples to {OUT}")
 
