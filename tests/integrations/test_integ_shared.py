@@ -147,7 +147,7 @@ def test_a_run_that_never_ends_is_recorded_at_exit(tmp_path: Path, ending: str, 
         {ending}
         """
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode in (1, 3), result.stderr
     samples = read_samples(tmp_path / "s.jsonl")
     assert markers(samples)[1:] == [("run.crashed", 1.0, {"exception": exception}), ("run.finished", 1.0, {})]
