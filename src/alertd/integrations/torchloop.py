@@ -41,8 +41,10 @@ environment): every rank records its own `train/loss`, `train/grad_norm` and `tr
 rank's heartbeat) with the labels `rank`, `local_rank`, `world_size`, `node`, appended to the same samples file
 (`alertd.integrations.recorder`). Global rank 0 alone writes the checkpoint ledger, `$ALERTD_RUN_INFO` and the
 recovery plan's acknowledgement, and makes the default `torch.save` checkpoints (the replicas are alike); a `save`
-function given is called on every rank (a sharded model saves its shards). A stop request is not shared between
-the ranks here: each honours it where it sees it.
+function given is called on every rank (a sharded model saves its shards). A stop request is shared between the
+ranks at every `boundary()` by one all-reduce (MAX) of a one-element flag, so every rank stops at the same step
+even when the stop file or a signal reached only some of them (the others' reason is `other_rank`); nothing is
+reduced in a one-process run.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
@@ -198,7 +201,7 @@ class AlertdLoop:
             path, _ = self._save(done, f"alertd-step={done}.pt", SCHEDULE)
             if path is not None:
                 self._rotate()
-        reason = self.recorder.stop_reason()
+        reason = _any_rank(self.recorder.stop_reason())
         if reason is None:
             return False
         self.stopped = True
@@ -269,6 +272,25 @@ class AlertdLoop:
                 os.unlink(path)
             except OSError as e:
                 log.warning("alertd: can't delete the old checkpoint %s: %s", path, e)
+
+
+def _any_rank(reason: str | None) -> str | None:
+    """`reason`, or "other_rank" when only another process of a distributed run was asked to stop: one all-reduce
+    (MAX) of a flag on every rank when torch.distributed is initialised with several processes (the flag lives on
+    the device of the NCCL backend, else on the CPU)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return reason
+    import torch
+
+    device = "cpu"
+    if dist.get_backend() == "nccl" and torch.cuda.is_available():
+        device = f"cuda:{torch.cuda.current_device()}"
+    flag = torch.tensor([0 if reason is None else 1], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if reason is None and int(flag.item()):
+        return "other_rank"
+    return reason
 
 
 __all__ = ["AlertdLoop", "Guard"]

@@ -24,6 +24,10 @@ _PF_KTHREAD = 0x00200000
 ENVIRON_MAX = 1 << 20
 """Bytes of a process's environment read at most."""
 _O_ACCMODE = 0o3
+SCAN_MAX = 65_536
+"""Processes one scan of the tree (`descendants`) looks at, at most."""
+RANKS_MAX = 1024
+"""Rank processes `rank_processes` returns at most."""
 
 
 _INTERPRETER = re.compile(r"(python|pypy)[0-9.]*[dmu]?")
@@ -150,6 +154,55 @@ class Procfs:
             out.append(info.ppid)
             info = self.read(info.ppid)
         return out
+
+    def descendants(self, pid: int, *, limit: int = SCAN_MAX) -> list[int]:
+        """The processes below `pid` (children, grandchildren, ...), parents before their children, from one scan
+        of at most `limit` processes (their `stat` only)."""
+        children: dict[int, list[int]] = {}
+        try:
+            entries = os.scandir(self.root)
+        except OSError:
+            return []
+        with entries:
+            for n, entry in enumerate(entries):
+                if n >= limit:
+                    break
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    stat = (self.root / entry.name / "stat").read_text(errors="replace")
+                    ppid = int(stat[stat.rindex(")") + 2 :].split()[_STAT_PPID])
+                except (OSError, ValueError, IndexError):
+                    continue
+                children.setdefault(ppid, []).append(int(entry.name))
+        out: list[int] = []
+        queue = sorted(children.get(pid, []))
+        seen = {pid}
+        while queue:
+            p = queue.pop(0)
+            if p in seen:
+                continue
+            seen.add(p)
+            out.append(p)
+            queue.extend(sorted(children.get(p, [])))
+        return out
+
+    def rank_processes(self, pid: int, uid: int, *, limit: int = RANKS_MAX) -> dict[str, int]:
+        """The ranks among the processes below `pid` that run as `uid`: rank (`RANK` in the environment it started
+        with, as torchrun sets it) -> pid, the topmost process of each rank (a DataLoader worker inherits its
+        rank's environment and is not the rank), at most `limit`."""
+        ranks: dict[str, int] = {}
+        for p in self.descendants(pid):
+            if len(ranks) >= limit:
+                break
+            info = self.read(p)
+            if info is None or info.uid != uid or info.zombie or info.kernel_thread:
+                continue
+            env = self.environ(p, info.start_ticks, max_bytes=ENVIRON_MAX)
+            value = (env or {}).get("RANK", "").strip()
+            if value.isdigit() and str(int(value)) not in ranks:
+                ranks[str(int(value))] = p
+        return ranks
 
     def boot_epoch(self) -> float:
         """The epoch instant of boot, as process start times count it.

@@ -47,7 +47,10 @@ than the run's: one rank silent while the others go on) or `ended` (the run ende
 `run.finished`). Rank 0 (and samples with no `rank`) speak for the run; another rank's markers
 (`run.started`, `run.finished`, `run.crashed`...) end or start only that rank, and its samples after the
 run's end (its last steps, written a moment after rank 0's end marker) do not start the run again. The
-rules still see every rank's samples, `run.crashed{rank="3"}` included.
+rules still see every rank's samples, `run.crashed{rank="3"}` included. The first rank whose crash the data
+showed (its `run.crashed`), or the one alertd exec names when its launcher exits (torchrun's "first observed
+failure"), is the run's failed rank (`Run.failed_rank`): the `rank` label of its `run.end` where known before the
+run ended. alertd exec tells the pid of each rank it finds among its child's processes (`rank_pids`).
 
 Time is always an argument; nothing here reads a clock, a file or /proc.
 """
@@ -77,6 +80,10 @@ HF_SUMMARY = "train_runtime"
 TensorBoard and W&B, `train_runtime` in its printed dict and in MLflow)."""
 MARKERS = frozenset({STARTED, FINISHED, CRASHED, EXIT_CODE, STOPPED})
 DERIVED = frozenset({STALLED, END})
+LOG_EVENT = "log.event"
+"""A text log's event (a traceback, CUDA out of memory): after the end it is that end said again (torchrun's own
+traceback after its rank's), never a new episode."""
+_NOT_PROGRESS = MARKERS | {LOG_EVENT}
 MAX_RUNS = 10_000
 MAX_RANKS = 1024
 """Ranks tracked per run at most; the samples of further ranks still count for the run."""
@@ -139,6 +146,8 @@ class RankState:
     last_time: float = -math.inf
     ended_at: float | None = None
     """When it wrote its own end (`run.finished`); None while it has not."""
+    pid: int | None = None
+    """Its process, where alertd exec found it among its child's processes (`RunTracker.rank_pids`)."""
 
     def seen(self, step: int | None, t: float) -> None:
         """A progress sample of the rank."""
@@ -175,8 +184,12 @@ class Run:
     acknowledgement, a recovery...), oldest first, the newest `MAX_ACTIONS`."""
     ranks: dict[str, RankState] = field(default_factory=dict)
     """Its ranks (`rank` label values) in a distributed run, at most `MAX_RANKS`; empty for one process."""
+    failed_rank: str | None = None
+    """The first rank that failed (its crash in the data, or torchrun's first observed failure); None: not known."""
     stall_after: float = field(default=600.0, repr=False)
     _crashed: bool = field(default=False, repr=False)
+    _end_rank: str | None = field(default=None, repr=False)
+    """The `rank` label of its last `run.end` = 1 (so that its retraction names the same series)."""
 
     def rank(self, rank: str) -> RankState | None:
         """The state of `rank`, made on its first sample; None past `MAX_RANKS` ranks."""
@@ -202,6 +215,7 @@ class Run:
                 "last_step": (r := self.ranks[k]).last_step,
                 "last_time": r.last_time if math.isfinite(r.last_time) else None,
                 "state": self.rank_state(r),
+                "pid": r.pid,
             }
             for k in order
         }
@@ -226,6 +240,7 @@ class Run:
             "reason": self.reason.value if self.reason else ("unknown" if self.state is RunState.ENDED else None),
             "recovery": self.recovery,
             "exit_code": self.exit_code,
+            "failed_rank": self.failed_rank,
             "writer": None
             if w is None
             else {
@@ -303,9 +318,11 @@ class RunTracker:
             run = self._run(source, name)
             t = s.time
             rank = s.series.label("rank")
+            if rank is not None and metric == CRASHED and s.value > 0 and run.state is not RunState.ENDED:
+                run.failed_rank = run.failed_rank or rank  # the first rank whose crash the data shows
             if rank is not None and self._member(run, rank, metric, s.step, s.value, t):
                 continue
-            if run.state is RunState.ENDED and metric not in MARKERS and t > (run.ended_at or -math.inf):
+            if run.state is RunState.ENDED and metric not in _NOT_PROGRESS and t > (run.ended_at or -math.inf):
                 self._restart(run, t, out)
             if metric in MARKERS:
                 run._crashed = run._crashed or (source, name) in crashing
@@ -363,10 +380,13 @@ class RunTracker:
         self._end(r, reason, now, out, say_finished=True)
         return out
 
-    def exited(self, source: str, run: str, status: int, now: float) -> list[Sample]:
-        """The run's process (alertd's own child) exited: `status` as subprocess's returncode."""
+    def exited(self, source: str, run: str, status: int, now: float, rank: str | None = None) -> list[Sample]:
+        """The run's process (alertd's own child) exited: `status` as subprocess's returncode; `rank`: the rank its
+        launcher says failed first (kept where the data named none; the `rank` of a `run.end` said now)."""
         r = self._run(source, run)
         out: list[Sample] = []
+        if rank is not None and status != 0 and r.failed_rank is None:
+            r.failed_rank = rank
         reason = EndReason.FINISHED if status == 0 else (EndReason.KILLED if status < 0 else EndReason.CRASHED)
         if r.stop_requested and status != 0 and reason is not EndReason.KILLED:
             reason = EndReason.KILLED
@@ -381,6 +401,14 @@ class RunTracker:
         r.exit_code = status
         self._end(r, reason, now, out, say_finished=r.state is not RunState.ENDED)
         return out
+
+    def rank_pids(self, source: str, run: str, pids: dict[str, int], now: float) -> None:
+        """alertd exec found the processes of the run's ranks (rank -> pid) at `now`: each a member of the run."""
+        r = self._run(source, run)
+        for rank, pid in pids.items():
+            member = r.rank(rank)
+            if member is not None:
+                member.pid = pid
 
     def acted(self, source: str, run: str, entry: dict[str, object]) -> None:
         """An action's report about the run (`action_entry`), kept with the newest `MAX_ACTIONS`."""
@@ -648,6 +676,7 @@ class RunTracker:
         out.append(self._end_sample(run, t, 0.0))
         out.append(Sample(SeriesKey(FINISHED, run.labels), t, run.last_step, 0.0))
         run.state, run.reason, run.exit_code, run.ended_at = RunState.RUNNING, None, None, None
+        run.failed_rank = None
         run._crashed = run.stop_requested = False
         if run.recovery is not None:
             run.recovery = {**run.recovery, "recovering": False}
@@ -656,6 +685,11 @@ class RunTracker:
         extra = {"reason": run.reason.value if run.reason else "unknown"}
         if run.exit_code is not None:
             extra["exit_code"] = str(run.exit_code)
+        if value > 0:
+            failed = run.reason in (EndReason.CRASHED, EndReason.KILLED)
+            run._end_rank = run.failed_rank if failed else None
+        if run._end_rank is not None:
+            extra["rank"] = run._end_rank
         labels = make_labels({**dict(run.labels), **extra})
         return Sample(SeriesKey(END, labels), t, run.last_step, value)
 

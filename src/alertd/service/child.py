@@ -6,7 +6,9 @@
   the parsing is bounded; lines naming a NaN, an Inf or a crash are never dropped), and its output goes on
   if alertd dies. Two threads here split the fed bytes into lines (`LineSplitter`, progress bars included)
   and parse them as a text log (`LogStream`): `step=10 loss=nan` lines and HF's printed `{'loss': nan, ...}`
-  dicts become samples, fatal lines (a Python traceback, CUDA out of memory, an NCCL timeout) events.
+  dicts become samples, fatal lines (a Python traceback, CUDA out of memory, an NCCL timeout) events; a torchrun
+  launcher's error summary names the rank that failed first, and its own log lines are not parsed as the trainer's
+  (`alertd.sources.textlog.torchrun`).
 - The child is started through `alertd.service.childtee.WRAP`, which asks the kernel for SIGINT when alertd dies
   (the polite stop) and then becomes the command, same pid: stdin is alertd's; its signal mask is empty
   and SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGXFSZ, SIGUSR1 and SIGUSR2 have their default dispositions,
@@ -38,6 +40,7 @@ from alertd.runs.procfs import Procfs
 from alertd.service.childtee import TEE, WRAP, read_frames
 from alertd.sources.linetail import LineSplitter
 from alertd.sources.textlog import LineParser, LogStream
+from alertd.sources.textlog.torchrun import FirstFailure
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +99,8 @@ class ChildRun:
         self._lock = threading.Lock()
         self._exited_at: float | None = None
         self.stream: LogStream | None = None
+        self.failure = FirstFailure()
+        """The rank a torchrun launcher says failed first, from its output (`failure.rank`)."""
 
     def start(self) -> int:
         """Start the copy and the child; return the child's pid. Raises OSError (FileNotFoundError: no such
@@ -255,7 +260,7 @@ class ChildRun:
             return
         samples: list[Sample] = []
         with self._lock:
-            self.stream.parse(self.parser, lines, time.time(), samples)
+            self.stream.parse(self.parser, self.failure.feed(lines), time.time(), samples)
         if samples:
             self.on_samples(samples)
 

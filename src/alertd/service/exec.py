@@ -44,6 +44,8 @@ EXEC_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, si
 JOB_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 """Signals a job's supervisor sends to every process of the job (Slurm's `scancel --signal=USR1 --full`): one
 from an ancestor of alertd reached the child too, and is not sent to it twice."""
+RANK_SCAN = 1.0
+"""Seconds between two looks for the ranks among the child's processes (`Procfs.rank_processes`)."""
 EXEC_DRAIN = 10.0
 """Seconds `alertd exec` waits, after its child exited, for the notifications of its end to go out."""
 _SI_KERNEL = 0x80
@@ -241,12 +243,20 @@ async def _exec_main(
         log.info("alertd exec: started %s (pid %d) as run %s%s", argv[0], pid, run, _nth(attempt, restart))
         if recovery is not None:
             recovery.started(attempt, events, pending)
+        scan = asyncio.create_task(_watch_ranks(service, child, pid))
         status = await loop.run_in_executor(None, child.wait)
+        scan.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await scan
         sup.child = None
         log.info("alertd exec: %s (pid %d) exited with status %d", argv[0], pid, status)
+        failed = child.failure.rank if status != 0 else None
+        if failed is not None:
+            log.warning("alertd exec: run %s: rank %s failed first (the launcher's own summary)", run, failed)
         now = service.clock.now()
         stop_asked = _stop_asked(service, child.source, run)
-        service.evaluate_with(service.engine.runs.exited(child.source, run, status, now), now)  # its end, at once
+        ended = service.engine.runs.exited(child.source, run, status, now, rank=failed)
+        service.evaluate_with(ended, now)  # its end, at once
         await service.deliveries.drain(list(service.notifiers.values()), EXEC_DRAIN)  # actions report the end
         stopped = stop_asked or len(acted) > reports or (stop_file is not None and os.path.exists(stop_file))
         end = AttemptEnd(status, sup.signalled is not None, stopped, frozenset(events))
@@ -353,6 +363,31 @@ async def _backoff(
         log.info("alertd exec: %s during the backoff: run %s not restarted", sup.signalled.name, run)
         return None
     return decision.attempt
+
+
+async def _watch_ranks(service: Service, child: ChildRun, pid: int) -> None:
+    """While the child runs, look every `RANK_SCAN` s for the ranks among its processes (`RANK` in their
+    environment, alertd's uid) and tell the run tracker the pids of those it finds (a torchrun launcher's
+    workers); nothing for a child with no ranks."""
+    loop = asyncio.get_running_loop()
+    procfs = Procfs()
+    uid = os.getuid()
+    known: dict[str, int] = {}
+    while True:
+        try:
+            ranks = await loop.run_in_executor(None, procfs.rank_processes, pid, uid)
+        except OSError as exc:
+            log.debug("alertd exec: can't look for the child's ranks: %s", exc)
+            ranks = {}
+        if ranks and any(known.get(rank) != p for rank, p in ranks.items()):
+            known |= ranks
+            log.info(
+                "alertd exec: ranks of run %s: %s",
+                child.run,
+                ", ".join(f"{r} (pid {p})" for r, p in sorted(known.items(), key=lambda kv: int(kv[0]))),
+            )
+            service.engine.runs.rank_pids(child.source, child.run, ranks, service.clock.now())
+        await asyncio.sleep(RANK_SCAN)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> None:

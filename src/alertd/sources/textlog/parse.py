@@ -161,6 +161,9 @@ def split_rank(line: str) -> tuple[str | None, str]:
     m = _RANK.match(line, 1 if bar else 0)
     if m is None:
         return None, line
+    inner = _RANK.match(line, m.end())  # `--tee`'s `[default0]:` before torch's own `[rank0]:` (a traceback's)
+    if inner is not None:
+        m = inner
     return str(int(m.group(1))), ("\r" if bar else "") + line[m.end() :]
 
 
