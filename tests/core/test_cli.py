@@ -180,7 +180,7 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "slurm_job_pending": 3900,
         "slurm_job_failed": 5200,
         "rank_straggler": 1350,  # rank 3 at 2x from 1000: its 2-minute mean reaches 1.5x the median at 1050, for 5m
-        "rank_stalled": 3110,  # rank 2's last step at 2990, silent for 2 minutes
+        "rank_stalled": 3140,  # rank 2's last step at 2990, silent for 2 minutes, for 30 s
     }
     from alertd.config import load_config
 
