@@ -25,7 +25,8 @@ The story (one training step every 10 s, GPU readings every 10 s, t = seconds af
   loss_spike: the last 20 samples average 1.5x the 200 before at step 249, t = 2490 (loss_diverging);
 - a fifth run, `ddp-4`, four ranks on two nodes writing train/step_time every 10 s: rank 3 takes 2 s a step
   instead of 1 s from t = 1000 to 2000 (rank_straggler), rank 2 ends no step from t = 3000 to 3300 while the
-  others go on (rank_stalled);
+  others go on (rank_stalled), and no rank ends a step from t = 2200 to 2900 (job_hung, and run_stalled with it,
+  at 2190 + 10 minutes);
 - Slurm (a `slurm` source): job 12345, submitted an hour before the data starts, waits in the queue (its
   pending time passes 2 hours at t = 3900: slurm_job_pending); job 12346 starts at t = 3000 and ends
   OUT_OF_MEMORY at t = 5200 (slurm_job_failed).
@@ -119,6 +120,8 @@ def distributed() -> list[tuple[float, str]]:
         for rank in range(4):
             if rank == 2 and 3000 <= t < 3300:
                 continue  # rank 2 ends no step for 5 minutes while the others go on
+            if 2200 <= t < 2900:
+                continue  # no rank ends a step for 11 minutes: a collective that hangs
             labels = {"source": "raw", "run": "ddp-4", "host": f"node{3 + rank // 2}", "rank": str(rank)}
             slow = rank == 3 and 1000 <= t < 2000  # rank 3 takes twice as long a step for 1000 s
             out.append((t, line("train/step_time", labels, t, i // 10, 2.0 if slow else 1.0)))

@@ -153,13 +153,14 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "val_metric_rising": 500,
         "val_loss_plateau": 450,
         "loss_diverging": 249,
-        "run_stalled": 520,
+        "run_stalled": 219,  # ddp-4 hung first (job_hung; inhibited at dispatch), gpt-small at step 520
         "run_finished": 530,
         "nan_in_log": 150,
         "loss_zeroed": 55,
         "run_lost": 50,
         "rank_straggler": 135,
         "rank_stalled": 299,
+        "job_hung": 219,
     }
     expected_times = {
         "gpu_hot": 1300,
@@ -175,12 +176,13 @@ def test_dry_run_fires_every_default_rule_at_the_step_its_data_says() -> None:
         "series_limit_reached": 5500,
         "state_not_saved": 5610,
         "gpu_lost": 6500,
-        "run_stalled": 5800,
+        "run_stalled": 2790,  # ddp-4; gpt-small stalls at 5800
         "run_finished": 6190,
         "slurm_job_pending": 3900,
         "slurm_job_failed": 5200,
         "rank_straggler": 1350,  # rank 3 at 2x from 1000: its 2-minute mean reaches 1.5x the median at 1050, for 5m
         "rank_stalled": 3140,  # rank 2's last step at 2990, silent for 2 minutes, for 30 s
+        "job_hung": 2790,  # every rank's last step at 2190, stall_after 10 minutes
     }
     from alertd.config import load_config
 

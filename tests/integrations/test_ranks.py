@@ -124,3 +124,27 @@ def test_one_process_samples_carry_no_rank(tmp_path: Path) -> None:
     writer.write("m", 1.0, 0)
     writer.close()
     assert read_samples(tmp_path / "s.jsonl")[0]["labels"] == {"run": "r"}
+
+
+def test_a_job_whose_every_rank_is_silent_is_hung_and_one_process_only_stalled() -> None:
+    """`run.hung` goes with `run.stalled` for a run of two ranks or more (1 when it stalls, 0 when it moves again
+    or ends); a one-process run gets `run.stalled` alone."""
+    tracker = RunTracker(stall_after=60.0)
+    first = [_s("train/loss", 10.0, 1, r) for r in ("0", "1")] + [_s("train/loss", 10.0, 1, None, run="one")]
+    tracker.observe(first, now=10.0)
+
+    def derived(samples: list[Sample]) -> list[tuple[str, str, float, float]]:
+        return [(s.series.metric, s.series.label("run") or "", s.time, s.value) for s in samples]
+
+    assert derived(tracker.tick(now=71.0)) == [
+        ("run.stalled", "j", 70.0, 1.0),
+        ("run.hung", "j", 70.0, 1.0),
+        ("run.stalled", "one", 70.0, 1.0),
+    ]
+    assert derived(tracker.observe([_s("train/loss", 80.0, 2, "1")], now=80.0)) == [
+        ("run.stalled", "j", 80.0, 0.0),
+        ("run.hung", "j", 80.0, 0.0),
+    ]
+    assert derived(tracker.observe([_s("run.finished", 90.0, 2, None, run="one")], now=90.0))[:1] == [
+        ("run.stalled", "one", 90.0, 0.0)
+    ]

@@ -37,6 +37,7 @@ What rules see (derived samples, appended beside the sources' own):
 - `run.stalled` = 1 at the instant a run stalls (its last sample's time + `stall_after`), 0 when it
   moves again or ends. In a replay there is no live process: a run whose data simply stops is not
   stalled, a gap longer than `stall_after` inside the data is (the clock is the samples' own).
+- `run.hung` with `run.stalled`, for a run of two ranks or more: every rank silent (a collective that hangs);
 - `run.end{reason=...}` = 1 once when a run ends (label `exit_code` where known), and `run.finished`
   = 1 when no source said so, so `absent` conditions know the run is over.
 
@@ -69,6 +70,9 @@ from alertd._np import np
 from alertd.model import Labels, Sample, SeriesKey, make_labels
 
 STALLED = "run.stalled"
+HUNG = "run.hung"
+"""`run.stalled` of a run of two ranks or more: every rank silent while the processes may live (a collective
+that hangs); 1 and 0 with `run.stalled`."""
 END = "run.end"
 FINISHED = "run.finished"
 CRASHED = "run.crashed"
@@ -79,7 +83,7 @@ HF_SUMMARY = "train_runtime"
 """HF Trainer logs it once, with the end-of-training summary, at the last step (`train/train_runtime` in
 TensorBoard and W&B, `train_runtime` in its printed dict and in MLflow)."""
 MARKERS = frozenset({STARTED, FINISHED, CRASHED, EXIT_CODE, STOPPED})
-DERIVED = frozenset({STALLED, END})
+DERIVED = frozenset({STALLED, HUNG, END})
 LOG_EVENT = "log.event"
 """A text log's event (a traceback, CUDA out of memory): after the end it is that end said again (torchrun's own
 traceback after its rank's), never a new episode."""
@@ -182,6 +186,8 @@ class Run:
     actions: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=MAX_ACTIONS))
     """What the actions did about it (`action_entry`: a kill, a stop file, an LR cut and the trainer's
     acknowledgement, a recovery...), oldest first, the newest `MAX_ACTIONS`."""
+    hung: bool = False
+    """`run.hung` = 1 was said for its stall (it has ranks): said 0 when the stall ends."""
     ranks: dict[str, RankState] = field(default_factory=dict)
     """Its ranks (`rank` label values) in a distributed run, at most `MAX_RANKS`; empty for one process."""
     failed_rank: str | None = None
@@ -453,7 +459,7 @@ class RunTracker:
                 if r.writer is not None and not r.writer.alive:
                     continue  # no writer: `writer()` decides how it ended
                 r.state = RunState.STALLED
-                out.append(Sample(SeriesKey(STALLED, r.labels), r.last_time + self.stall_after, r.last_step, 1.0))
+                self._stalled(r, r.last_time + self.stall_after, r.last_step, 1.0, out)
             else:
                 next_tick = min(next_tick, r.last_time + self.stall_after)
         self._next_tick, self._tick_stall = next_tick, self.stall_after
@@ -617,8 +623,8 @@ class RunTracker:
             run.state is RunState.RUNNING and t - run.last_time > self.stall_after and math.isfinite(run.last_time)
         ):
             if run.state is RunState.RUNNING:  # a gap inside the data: it stalled, and moves again now
-                out.append(Sample(SeriesKey(STALLED, run.labels), run.last_time + self.stall_after, run.last_step, 1.0))
-            out.append(Sample(SeriesKey(STALLED, run.labels), max(t, run.last_time + self.stall_after), step, 0.0))
+                self._stalled(run, run.last_time + self.stall_after, run.last_step, 1.0, out)
+            self._stalled(run, max(t, run.last_time + self.stall_after), step, 0.0, out)
             run.state = RunState.RUNNING
         if step is not None:
             run.first_step = step if run.first_step is None else min(run.first_step, step)
@@ -659,11 +665,21 @@ class RunTracker:
 
     def _end(self, run: Run, reason: EndReason | None, t: float, out: list[Sample], *, say_finished: bool) -> None:
         if run.state is RunState.STALLED:
-            out.append(Sample(SeriesKey(STALLED, run.labels), t, run.last_step, 0.0))
+            self._stalled(run, t, run.last_step, 0.0, out)
         run.state, run.reason, run.ended_at = RunState.ENDED, reason, t
         out.append(self._end_sample(run, t))
         if say_finished:
             out.append(Sample(SeriesKey(FINISHED, run.labels), t, run.last_step, 1.0))
+
+    def _stalled(self, run: Run, t: float, step: int | None, value: float, out: list[Sample]) -> None:
+        """`run.stalled` = `value`, and `run.hung` with it for a run of two ranks or more (0 where a 1 was said)."""
+        out.append(Sample(SeriesKey(STALLED, run.labels), t, step, value))
+        if value > 0 and len(run.ranks) >= 2:
+            run.hung = True
+            out.append(Sample(SeriesKey(HUNG, run.labels), t, step, value))
+        elif value <= 0 and run.hung:
+            run.hung = False
+            out.append(Sample(SeriesKey(HUNG, run.labels), t, step, value))
 
     def _retract(self, run: Run, t: float, out: list[Sample]) -> None:
         """The run's end as said so far was wrong (better evidence came): its `run.end` series back to 0."""
