@@ -10,13 +10,14 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from integ_helpers import HERE
 
 from alertd.actions.config import StacksConfig
-from alertd.actions.stacks import StacksNotifier, StacksReport, _faulthandler_frames, _py_spy_frames
+from alertd.actions.stacks import ProcStack, StacksNotifier, StacksReport, _faulthandler_frames, _py_spy_frames
 from alertd.integrations.stacks import stacks_name
 from alertd.model import Notification, Transition, TransitionKind, make_labels
 from alertd.runs.procfs import Procfs
@@ -107,6 +108,7 @@ def test_a_straggling_rank_and_the_ranks_waiting_for_it_in_all_reduce(tmp_path: 
 
 PLAIN = """
 import sys, time
+from dataclasses import replace
 from pathlib import Path
 def plain_sleep():
     Path(sys.argv[1]).write_text("ready")
@@ -174,3 +176,57 @@ def test_frames_are_parsed_from_both_dumps() -> None:
         "    <module> (<string>:7)\n"
     )
     assert _py_spy_frames(spy) == ("plain_sleep (<string>:6)", "<module> (<string>:7)")
+
+
+WATCHDOG = (
+    "[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, "
+    "OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for 600000 milliseconds before "
+    "timing out."
+)
+
+
+def test_the_report_carries_the_collective_lines_after_the_stacks_size_capped() -> None:
+    frames = ("all_reduce (distributed_c10d.py:2806)", "main (train.py:30)")
+    procs = tuple(ProcStack(100 + r, str(r), "faulthandler", "dump", frames=frames) for r in range(4))
+    lines = tuple(WATCHDOG.replace("SeqNum=42", f"SeqNum={i}") for i in range(5))
+    report = StacksReport("dump", "fp", "run_stalled", "child", "vm", run="r", pid=99, processes=procs)
+    assert "collective" not in report.summary() and "collective_lines" not in report.as_json()  # not taken
+    with_lines = replace(report, collective_lines=lines)
+    summary = with_lines.summary()
+    stacks, tail = summary.split("; collective log lines (last 3 of 5): ")
+    assert stacks == report.summary()
+    shown = tail.split(" | ")
+    assert [s[:110] for s in shown] == [line[:110] for line in lines[2:]]  # the newest 3, oldest first
+    assert all(len(s) == 200 and s.endswith("…") for s in shown)
+    assert with_lines.as_json()["collective_lines"] == list(lines)  # all of them, whole, on the run
+    small = replace(with_lines, summary_chars=800)  # the stacks are cut first: the lines keep their place
+    assert len(small.summary()) <= 800 and "collective log lines (last 3 of 5)" in small.summary()
+    refused = replace(with_lines, processes=(), refused="no child process")
+    assert "collective" not in refused.summary()
+
+
+def test_the_notifier_takes_the_child_s_collective_lines_under_target_child_only(tmp_path: Path) -> None:
+    ready = tmp_path / "READY"
+    proc = subprocess.Popen([sys.executable, "-c", PLAIN, str(ready)])
+    try:
+        _wait(ready.exists, "the plain process", proc, timeout=20)
+        alert = _alert({"source": "s", "run": "plain"})
+
+        async def capture(target: str) -> StacksReport:
+            cfg = StacksConfig(type="stacks", target=target, py_spy=None)  # type: ignore[arg-type]
+            child = _child_of(proc)
+            notifier = StacksNotifier("dump", cfg, child=lambda: child, collective_lines=lambda: [WATCHDOG])
+            await notifier.send(_notification(alert))
+            await notifier.wait_idle()
+            await notifier.aclose()
+            (report,) = notifier.history
+            return report
+
+        report = asyncio.run(capture("child"))
+        assert report.refused is None and report.collective_lines == (WATCHDOG,)
+        assert WATCHDOG[:150] in report.summary() and report.as_json()["collective_lines"] == [WATCHDOG]
+        writer = asyncio.run(capture("writer"))  # outside exec: nothing changes
+        assert writer.collective_lines is None and "collective" not in writer.summary()
+    finally:
+        proc.kill()
+        proc.wait()

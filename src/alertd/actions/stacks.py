@@ -19,7 +19,10 @@ worker thread, and never stopped beyond a moment:
 
 The report (`StacksReport`): `summary()`, a size-capped line per process with its main thread's innermost frames
 (the notification: "rank 2 in sleep ...; rank 0 in all_reduce ..."), and `as_json()`, the whole dump per process,
-at most `max_bytes` in all, which lands on the run's actions (the run page, `GET /api/v1/runs`).
+at most `max_bytes` in all, which lands on the run's actions (the run page, `GET /api/v1/runs`). Under alertd exec
+(`target: child`) the report also carries the child's last output lines that look like a collective's watchdog, its
+flight recorder or a process group's timeout (`collective_lines`, from `ChildRun.collective_lines`): all of them in
+`as_json()`, the last `COLLECTIVE_SHOWN` (cut) in `summary()`.
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ SETTLE = 0.1
 """A stacks file that has not grown for this long is taken as written."""
 FRAMES_SHOWN = 3
 """Innermost frames of each process's main thread in the summary."""
+COLLECTIVE_SHOWN = 3
+"""The newest collective lines (watchdog, flight recorder) in the summary..."""
+COLLECTIVE_CHARS = 200
+"""... each cut to this many characters."""
 MAX_FDS = 4096
 """Open files of a process looked through for its stacks file."""
 CLOSE_WAIT = 5.0
@@ -109,6 +116,9 @@ class StacksReport:
     stamp: str = ""
     summary_chars: int = 3000
     took: float = 0.0
+    collective_lines: tuple[str, ...] | None = None
+    """alertd exec's child's last output lines from a collective's watchdog or flight recorder (None: not taken, as
+    under `target: writer`)."""
 
     @property
     def action(self) -> str:
@@ -140,9 +150,24 @@ class StacksReport:
             text = f"{head}: {n} process{'es' if n != 1 else ''} on {self.host}: " + "; ".join(parts)
         if self.note:
             text += f"; {self.note}"
+        tail = self._collective_tail()
+        if len(text) + len(tail) > self.summary_chars:  # the stacks are cut first, the collective lines keep a place
+            room = max(self.summary_chars - len(tail), self.summary_chars // 2)
+            if len(text) > room:
+                text = text[: room - 1] + "…"
+        text += tail
         if len(text) > self.summary_chars:
             text = text[: self.summary_chars - 1] + "…"
         return text
+
+    def _collective_tail(self) -> str:
+        lines = (self.collective_lines or ())[-COLLECTIVE_SHOWN:]
+        if not lines or self.refused is not None:
+            return ""
+        cut = [line if len(line) <= COLLECTIVE_CHARS else line[: COLLECTIVE_CHARS - 1] + "…" for line in lines]
+        n = len(self.collective_lines or ())
+        head = f"last {len(lines)} of {n}" if n > len(lines) else f"{n}"
+        return f"; collective log line{'s' if n != 1 else ''} ({head}): " + " | ".join(cut)
 
     def as_json(self) -> dict[str, object]:
         """The whole dump per process (the run's actions entry: the run page, `GET /api/v1/runs`)."""
@@ -152,7 +177,7 @@ class StacksReport:
             "pid": self.pid,
             "took": round(self.took, 3),
             "processes": [p.as_json() for p in sorted(self.processes, key=_rank_order)],
-        }
+        } | ({} if self.collective_lines is None else {"collective_lines": list(self.collective_lines)})
 
 
 def _rank_order(p: ProcStack) -> tuple[int, int]:
@@ -162,7 +187,9 @@ def _rank_order(p: ProcStack) -> tuple[int, int]:
 class StacksNotifier:
     """Captures the stacks of the alert's run's processes (see the module docstring for what is trusted).
 
-    `writers`, `claims`, `child`: as `KillNotifier`'s; `report` receives every `StacksReport`."""
+    `writers`, `claims`, `child`: as `KillNotifier`'s; `report` receives every `StacksReport`; `collective_lines`:
+    alertd exec's child's last watchdog / flight recorder lines (`ChildRun.collective_lines`), taken into the
+    reports under `target: child`."""
 
     def __init__(
         self,
@@ -173,6 +200,7 @@ class StacksNotifier:
         writers: WriterLookup | None = None,
         claims: ClaimsLookup | None = None,
         child: ChildLookup | None = None,
+        collective_lines: Callable[[], list[str]] | None = None,
         hostname: str | None = None,
         proc_root: str | os.PathLike[str] = "/proc",
     ) -> None:
@@ -184,6 +212,7 @@ class StacksNotifier:
         self.history = self._reports.history
         kill = KillConfig(type="kill", target=cfg.target, allow_other_users=cfg.allow_other_users)
         self._targets = ProcessTargets(kill, self.procfs, self.hostname, writers=writers, claims=claims, child=child)
+        self._collective = collective_lines if cfg.target == "child" else None
         self._acted = Firings()
         self._busy: dict[str, float] = {}
         """The runs (their key) being captured now, and since when."""
@@ -247,6 +276,8 @@ class StacksNotifier:
             if len(procs) >= self.cfg.max_processes:
                 note = f"only the first {self.cfg.max_processes} processes (max_processes)"
             report = replace(base, pid=root.pid, processes=tuple(found), note=note, took=time.monotonic() - t0)
+            if self._collective is not None:
+                report = replace(report, collective_lines=tuple(self._collective()))
             await self._reports.emit(report)
         except Exception as e:  # a bug or an unreadable /proc: reported, never retried
             log.exception("stacks %s: internal error on %s", self.name, alert.rule)

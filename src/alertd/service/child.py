@@ -8,7 +8,8 @@
   and parse them as a text log (`LogStream`): `step=10 loss=nan` lines and HF's printed `{'loss': nan, ...}`
   dicts become samples, fatal lines (a Python traceback, CUDA out of memory, an NCCL timeout) events; a torchrun
   launcher's error summary names the rank that failed first, and its own log lines are not parsed as the trainer's
-  (`alertd.sources.textlog.torchrun`).
+  (`alertd.sources.textlog.torchrun`). The trainer's last lines that look like a collective's watchdog, its flight
+  recorder or a process group's timeout (`CollectiveLines`) are kept for the `stacks` action's report.
 - The child is started through `alertd.service.childtee.WRAP`, which asks the kernel for SIGINT when alertd dies
   (the polite stop) and then becomes the command, same pid: stdin is alertd's; its signal mask is empty
   and SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGXFSZ, SIGUSR1 and SIGUSR2 have their default dispositions,
@@ -33,7 +34,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 
 from alertd.model import Sample
 from alertd.runs.procfs import Procfs
@@ -59,6 +61,72 @@ _DEFAULT_SIGNALS = {
     signal.SIGUSR2,
 }
 _PYTHON = [sys.executable, "-I", "-S", "-c"]
+
+COLLECTIVE_LINES = 50
+"""Lines `CollectiveLines` keeps (the newest)."""
+COLLECTIVE_CHARS = 500
+"""Characters kept of each such line (a longer one is cut, ending in `…`)."""
+_COLLECTIVE_ANY = (
+    "ProcessGroupNCCL",  # [rank0]:[E ProcessGroupNCCL.cpp:616] ..., ProcessGroupNCCL's watchdog got stuck ...
+    "ProcessGroupGloo",  # ProcessGroupGloo::allreduce: ..., [E ProcessGroupGloo.cpp:...]
+    "ProcessGroupWrapper",
+    "Watchdog caught collective operation timeout",
+    "TORCH_NCCL",  # TORCH_NCCL_ASYNC_ERROR_HANDLING, TORCH_NCCL_TRACE_BUFFER_SIZE, TORCH_NCCL_DUMP_ON_TIMEOUT ...
+    "flight recorder",
+    "Flight Recorder",  # Finished writing Flight Recorder debug info to ...
+    "FlightRecorder",
+    "[c10d]",  # [c10d] The client socket has timed out after ...
+    "c10d::",  # c10d::DistBackendError
+    "/c10d/",  # [/pytorch/torch/csrc/distributed/c10d/...cpp:N] in an exception's text
+    "DistBackendError",
+    "monitoredBarrier",  # Rank 1 failed to pass monitoredBarrier in 1000 ms
+    "NCCL WARN",
+)
+"""A line holding any of these is kept."""
+_TIMEOUT = ("timeout", "Timeout", "timed out", "Timed out")
+_TIMED_OUT_WHERE = ("gloo", "nccl", "collective", "barrier", "process group", "operation to complete", "rank")
+"""Where `Timed out` is a collective's (lower case): Gloo's `Timed out waiting 1800000ms for recv operation to
+complete`, `Timed out initializing process group in store based barrier ...`."""
+
+
+def collective_line(line: str) -> bool:
+    """Whether `line` looks like a collective's watchdog, its flight recorder or a process group's timeout (PyTorch's
+    NCCL and Gloo process groups, NCCL's own warnings). Plain substring tests: linear in the line."""
+    if any(marker in line for marker in _COLLECTIVE_ANY):
+        return True
+    pg = line.find("[PG ")  # [PG 0 (default_pg) Rank 0] Exception (either an error or timeout) detected by watchdog
+    if pg >= 0 and line.find("Rank ", pg) >= 0:
+        return True
+    if "NCCL" in line and any(t in line for t in _TIMEOUT):  # NCCL INFO ... timeout, as the nccl_timeout event
+        return True
+    if "Timed out" in line:
+        low = line.lower()
+        return any(where in low for where in _TIMED_OUT_WHERE)
+    return False
+
+
+class CollectiveLines:
+    """The last `size` output lines that `collective_line` takes, each cut to `chars` characters; thread-safe."""
+
+    def __init__(self, size: int = COLLECTIVE_LINES, chars: int = COLLECTIVE_CHARS) -> None:
+        self.chars = chars
+        self._lines: deque[str] = deque(maxlen=size)
+        self._lock = threading.Lock()
+
+    def feed(self, lines: Iterable[str]) -> None:
+        found = [
+            (line if len(line) <= self.chars else line[: self.chars - 1] + "…")
+            for line in (raw.rstrip() for raw in lines)
+            if collective_line(line)
+        ]
+        if found:
+            with self._lock:
+                self._lines.extend(found)
+
+    def lines(self) -> list[str]:
+        """A copy, oldest first."""
+        with self._lock:
+            return list(self._lines)
 
 
 class ChildRun:
@@ -101,6 +169,7 @@ class ChildRun:
         self.stream: LogStream | None = None
         self.failure = FirstFailure()
         """The rank a torchrun launcher says failed first, from its output (`failure.rank`)."""
+        self._collective = CollectiveLines()
 
     def start(self) -> int:
         """Start the copy and the child; return the child's pid. Raises OSError (FileNotFoundError: no such
@@ -170,6 +239,11 @@ class ChildRun:
                 name,
             )
         return self.status
+
+    def collective_lines(self) -> list[str]:
+        """The trainer's last output lines that look like a collective's watchdog, its flight recorder or a process
+        group's timeout (at most `COLLECTIVE_LINES`, each at most `COLLECTIVE_CHARS` characters), oldest first."""
+        return self._collective.lines()
 
     def identity(self) -> tuple[int, int] | None:
         """(pid, start time in clock ticks) while the child runs: what a `kill` with `target: child` pins."""
@@ -260,7 +334,9 @@ class ChildRun:
             return
         samples: list[Sample] = []
         with self._lock:
-            self.stream.parse(self.parser, self.failure.feed(lines), time.time(), samples)
+            trainer = self.failure.feed(lines)
+            self._collective.feed(trainer)
+            self.stream.parse(self.parser, trainer, time.time(), samples)
         if samples:
             self.on_samples(samples)
 

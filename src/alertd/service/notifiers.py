@@ -25,6 +25,7 @@ class Notifiers:
     """The notifiers of the configuration in force, by name.
 
     `exec_mode`: a `kill` without a `target` acts on alertd exec's child (`child()`: its pid and start time).
+    `collective_lines()`: alertd exec's child's last watchdog / flight recorder lines, for the `stacks` reports.
     `supervisor(cfg)`: what restarts the run for a `recover` (alertd exec's, or Slurm's), None when nothing can.
     `report(report)` is what the service does with an action's report (`announce`).
     """
@@ -37,8 +38,10 @@ class Notifiers:
         exec_mode: bool = False,
         console: TextIO | None = None,
         supervisor: Callable[[RecoverConfig], Supervisor | None] | None = None,
+        collective_lines: Callable[[], list[str]] | None = None,
     ) -> None:
         self.writers = writers
+        self._collective_lines = collective_lines
         self._supervisor = supervisor
         self._child = child
         self.exec_mode = exec_mode
@@ -84,6 +87,8 @@ class Notifiers:
             if self.exec_mode and "target" not in cfg.model_fields_set:
                 cfg = cfg.model_copy(update={"target": "child"})  # under exec, the trainer is the child
             kwargs |= {"writers": self.writers.writer, "claims": self.writers.claims, "child": self._child}
+            if isinstance(cfg, StacksConfig) and self._collective_lines is not None:
+                kwargs["collective_lines"] = self._collective_lines  # in the report under target: child
         elif isinstance(cfg, SlurmNotifierConfig):
             kwargs["writers"] = self.writers.writer  # the job id from the verified writer's environment
             kwargs["claims"] = self.writers.claims  # ... when the alert's data is the writer's own

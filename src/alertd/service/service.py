@@ -91,6 +91,7 @@ class Service:
             exec_mode=exec_mode,
             console=console,
             supervisor=self._supervisor_for,
+            collective_lines=self._collective_lines,
         )
         self.receivers.report = self._announce
         self.deliveries = Deliveries(self._alerts, self.clock.now)
@@ -217,6 +218,9 @@ class Service:
 
     def _child(self) -> tuple[int, int] | None:
         return self.child.identity() if self.child is not None else None
+
+    def _collective_lines(self) -> list[str]:
+        return self.child.collective_lines() if self.child is not None else []
 
     async def _announce(self, report: ActionReport) -> None:
         assert self.dispatcher is not None
