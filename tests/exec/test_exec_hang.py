@@ -1,5 +1,5 @@
 """A hang under `alertd exec -- torchrun`: rank 2 of three sleeps before an `all_reduce`, so every rank waits; the
-job's run stalls, `job_hung` fires within `stall_after` + 5 s, and the `stacks` action's report reaches the
+job's run stalls (`run.hung`), `job_hung` fires within `stall_after` + 5 s, and the `stacks` action's report reaches the
 webhook with each rank's stack (rank 2 in its sleep, ranks 0 and 1 in `all_reduce`); the job then goes on and
 finishes. Real alertd, real torchrun (Gloo, CPU), a real webhook receiver."""
 
@@ -30,7 +30,7 @@ route:
   group_wait: 0s
   routes: [{{match: {{rule: job_hung}}, receivers: [dump], continue: true}}, {{receivers: [hook]}}]
 rules:
-  - {{name: job_hung, metric: run.stalled, labels_match: {{source: train}}, condition: "> 0", severity: critical}}
+  - {{name: job_hung, metric: run.hung, labels_match: {{source: train}}, condition: "> 0", severity: critical}}
 """
 
 

@@ -123,8 +123,11 @@ class ProcessHandle:
         p.register(self._pidfd, select.POLLIN)
         return bool(p.poll(0))
 
-    def signal(self, sig: signal.Signals) -> Delivery:
-        """Send `sig` if, and only if, the pid still names the pinned process and it is not a zombie."""
+    def signal(self, sig: signal.Signals, main_thread: bool = False) -> Delivery:
+        """Send `sig` if, and only if, the pid still names the pinned process and it is not a zombie. With
+        `main_thread`, to its main thread only (`tgkill`; its thread id is the pid): a signal directed at the
+        process may land in any thread that does not block it, one of a library's (a collective's I/O thread,
+        whose blocking calls it interrupts); DENIED where `tgkill` can't be had."""
         if not self.procfs.real:
             raise RuntimeError(f"won't signal pid {self.pid} found in a fake /proc ({self.procfs.root})")
         now = self.current()
@@ -133,7 +136,10 @@ class ProcessHandle:
         if now.zombie:
             return Delivery.EXITED
         try:
-            if self._pidfd is not None:
+            if main_thread:
+                if not _tgkill(self.pid, self.pid, int(sig)):
+                    return Delivery.DENIED
+            elif self._pidfd is not None:
                 signal.pidfd_send_signal(self._pidfd, sig)
             else:
                 os.kill(self.pid, sig)
@@ -169,3 +175,34 @@ class ProcessHandle:
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
+
+
+_TGKILL_SYSCALLS = {"x86_64": 234, "aarch64": 131, "ppc64le": 250, "s390x": 241, "riscv64": 131}
+"""`tgkill`'s system call number where glibc has no `tgkill()` (before 2.30)."""
+
+
+def _tgkill(tgid: int, tid: int, sig: int) -> bool:
+    """`tgkill(tgid, tid, sig)`: the signal to one thread; False when it can't be called here. Raises
+    ProcessLookupError / PermissionError as `os.kill` does."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return False
+    call = getattr(libc, "tgkill", None)
+    if call is not None:
+        result = call(ctypes.c_int(tgid), ctypes.c_int(tid), ctypes.c_int(sig))
+    else:
+        number = _TGKILL_SYSCALLS.get(os.uname().machine)
+        if number is None:
+            return False
+        result = libc.syscall(ctypes.c_long(number), ctypes.c_int(tgid), ctypes.c_int(tid), ctypes.c_int(sig))
+    if result != 0:
+        errno = ctypes.get_errno()
+        if errno == 3:  # ESRCH
+            raise ProcessLookupError(errno, os.strerror(errno))
+        if errno == 1:  # EPERM
+            raise PermissionError(errno, os.strerror(errno))
+        return False
+    return True

@@ -348,7 +348,7 @@ class StacksNotifier:
             return ProcStack(info.pid, rank, "none", error=f"its stacks file can't be read: {e.strerror}")
         handle = ProcessHandle(self.procfs, info)
         try:
-            delivery = handle.signal(cast(signal.Signals, sig))
+            delivery = handle.signal(cast(signal.Signals, sig), main_thread=True)  # never a library's thread
         finally:
             handle.close()
         if delivery is not Delivery.SENT:

@@ -8,7 +8,9 @@ library in a trainer usually claims. The file is `<output_dir>/alertd-stacks.ran
 distributed run, `<output_dir>/alertd-stacks.txt` in a one-process run; it is opened for appending when
 training begins and held open until it ends. alertd's `stacks` action finds it by that name among the rank's open
 files (/proc/<pid>/fd) and sends the signal only when the process catches it (/proc/<pid>/status `SigCgt`): a
-process without the hook is never sent a signal whose default action would end it.
+process without the hook is never sent a signal whose default action would end it. It is sent to the main
+thread only (`tgkill`): a signal sent to the process could land in a collective's I/O thread (Gloo's, NCCL's) and
+interrupt its blocking call; the main thread's wait in a collective, or in `time.sleep`, is resumed.
 
 Stdlib only: the callbacks import it on every rank."""
 
