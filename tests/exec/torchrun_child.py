@@ -1,8 +1,10 @@
 """A tiny plain-PyTorch DDP loop under torchrun (Gloo, CPU) with AlertdLoop, for test_exec_torchrun.py.
 
     torchrun --standalone --nproc_per_node=3 torchrun_child.py OUTDIR STEPS MODE
-MODE `raise0`: rank 0 raises at step 5; `nan1`: rank 1's loss is NaN from step 8 on (each step then sleeps a
-little, so that alertd's stop arrives long before STEPS)."""
+MODE `raise0`: rank 0 raises at step 5 while the others sleep outside any collective (so none of them fails on
+its own with Gloo's "connection closed by peer" first: which rank failed first is then the test's to know);
+`nan1`: rank 1's loss is NaN from step 8 on (each step then sleeps a little, so that alertd's stop arrives long
+before STEPS)."""
 
 from __future__ import annotations
 
@@ -24,8 +26,10 @@ def main(outdir: str, steps: int, mode: str) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     with AlertdLoop(optimizer, output_dir=outdir, model=model, run="ddp") as run:
         for step in range(run.start_step, steps):
-            if mode == "raise0" and rank == 0 and step == 5:
-                raise RuntimeError("rank 0 fails at step 5")
+            if mode == "raise0" and step == 5:
+                if rank == 0:
+                    raise RuntimeError("rank 0 fails at step 5")
+                time.sleep(20)  # out of any collective: torchrun ends them, no collateral "connection closed"
             loss = model(torch.randn(8, 4)).pow(2).mean()
             if mode == "nan1" and rank == 1 and step >= 8:
                 loss = loss * float("nan")

@@ -30,8 +30,8 @@ resolve, and its new data is a new incident.
 
 What sources say, as samples with the run's `source` and `run` labels: `run.started` = 1,
 `run.finished` = 1 (it ended; `run.crashed` beside it tells how), `run.crashed` = 0/1,
-`run.exit_code` = N, `run.stopped` = 1, and HF's `train_runtime`. A sample after the end starts the
-run again (a resumed run writes on).
+`run.exit_code` = N, `run.stopped` = 1, and HF's `train_runtime`. A sample after the end (more than `LATE`,
+2 s, after it) starts the run again (a resumed run writes on).
 
 What rules see (derived samples, appended beside the sources' own):
 - `run.stalled` = 1 at the instant a run stalls (its last sample's time + `stall_after`), 0 when it
@@ -88,6 +88,10 @@ LOG_EVENT = "log.event"
 """A text log's event (a traceback, CUDA out of memory): after the end it is that end said again (torchrun's own
 traceback after its rank's), never a new episode."""
 _NOT_PROGRESS = MARKERS | {LOG_EVENT}
+LATE = 2.0
+"""Seconds after a run's end in which its samples do not start it again: the last lines of the episode that
+ended (a crash seen in one output stream before the other stream's last steps, a rank's line read after the
+traceback of the rank that failed), not a relaunch."""
 MAX_RUNS = 10_000
 MAX_RANKS = 1024
 """Ranks tracked per run at most; the samples of further ranks still count for the run."""
@@ -328,7 +332,7 @@ class RunTracker:
                 run.failed_rank = run.failed_rank or rank  # the first rank whose crash the data shows
             if rank is not None and self._member(run, rank, metric, s.step, s.value, t):
                 continue
-            if run.state is RunState.ENDED and metric not in _NOT_PROGRESS and t > (run.ended_at or -math.inf):
+            if run.state is RunState.ENDED and metric not in _NOT_PROGRESS and t > (run.ended_at or -math.inf) + LATE:
                 self._restart(run, t, out)
             if metric in MARKERS:
                 run._crashed = run._crashed or (source, name) in crashing
