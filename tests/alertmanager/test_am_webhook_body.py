@@ -19,7 +19,7 @@ CONFIG = """\
 route:
   receiver: rec
   group_by: [alertname]
-  group_wait: 200ms
+  group_wait: 2s     # every alert of the one POST in the group before it flushes, even on a loaded machine
   group_interval: 1s
   repeat_interval: 1h
 receivers:
