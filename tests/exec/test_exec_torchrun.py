@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from alertd.sources.textlog.torchrun import FirstFailure
 
 HERE = Path(__file__).resolve().parent
@@ -20,7 +18,6 @@ CHILD = HERE / "torchrun_child.py"
 DATA = HERE / "data"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 _UNSET = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "ALERTD_SAMPLES_FILE", "ALERTD_STOP_FILE", "ALERTD_STATE_DIR")
-needs_torchrun = pytest.mark.skipif(not TORCHRUN.exists(), reason="no torchrun")
 
 
 def _exec_torchrun(cwd: Path, mode: str, steps: int) -> subprocess.CompletedProcess[str]:
@@ -81,7 +78,6 @@ def test_the_first_failure_is_read_from_torchrun_s_own_summary() -> None:
     assert agent.rank == "1"
 
 
-@needs_torchrun
 def test_a_rank_that_raises_ends_the_job_crashed_naming_it(tmp_path: Path) -> None:
     done = _exec_torchrun(tmp_path, "raise0", 40)
     err = done.stderr
@@ -96,7 +92,6 @@ def test_a_rank_that_raises_ends_the_job_crashed_naming_it(tmp_path: Path) -> No
     assert not _notifications(err, "run_finished")
 
 
-@needs_torchrun
 def test_a_nan_on_one_rank_stops_every_rank_at_one_step_and_no_nan_weights_are_saved(tmp_path: Path) -> None:
     done = _exec_torchrun(tmp_path, "nan1", 400)
     out, err = done.stdout, done.stderr

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from integ_helpers import HERE, read_samples
 
 from alertd.integrations.ranks import rank_labels, rank_path
@@ -34,7 +33,6 @@ def test_rank_labels_from_the_environment() -> None:
     assert rank_path("/o/alertd-samples.jsonl", "2") == "/o/alertd-samples.jsonl"
 
 
-@pytest.mark.skipif(not TORCHRUN.exists(), reason="no torchrun")
 def test_every_rank_of_a_torchrun_loop_records_with_its_labels(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "ALERTD_SAMPLES_FILE")}
     env["OMP_NUM_THREADS"] = "1"

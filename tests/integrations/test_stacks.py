@@ -13,7 +13,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 from integ_helpers import HERE
 
 from alertd.actions.config import StacksConfig
@@ -60,7 +59,6 @@ def _wait(cond: object, what: str, proc: subprocess.Popen[bytes], timeout: float
         time.sleep(0.05)
 
 
-@pytest.mark.skipif(not TORCHRUN.exists(), reason="no torchrun")
 def test_a_straggling_rank_and_the_ranks_waiting_for_it_in_all_reduce(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "ALERTD_SAMPLES_FILE")}
     env["OMP_NUM_THREADS"] = "1"
