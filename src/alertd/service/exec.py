@@ -438,16 +438,10 @@ def _recovery(
 ) -> ExecRecovery:
     """The supervisor of the `recover` notifiers, its record in the state directory."""
 
-    def commit(key: str, value: str | None) -> None:
-        try:
-            service.state.save_record(key, value, service.engine, service.sources)
-        except sqlite3.Error as exc:
-            service.state_failed(exc)
-
     recovery = ExecRecovery(
         run,
         lambda: sup.child,
-        commit,
+        service.commit_record,
         service.state.record,
         checkpoints=checkpoints,
         stop_file=stop_file,

@@ -213,8 +213,22 @@ class Service:
         if self.slurm_recovery is None:
             from alertd.service.slurm_recovery import SlurmRecovery
 
-            self.slurm_recovery = SlurmRecovery(self)
+            self.slurm_recovery = SlurmRecovery(
+                read=self.state.record,
+                commit=self.commit_record,
+                registry=self.writer_checks.registry,
+                slurm_sources=lambda: frozenset(s.name for s in self.config.sources if s.type == "slurm"),
+                exec_mode=self.receivers.exec_mode,
+            )
         return self.slurm_recovery
+
+    def commit_record(self, key: str, value: str | None) -> None:
+        """Commit `value` under `key` in the state directory with the alert states (None: delete it); a failure is
+        the state directory's (`state_failed`), never raised."""
+        try:
+            self.state.save_record(key, value, self.engine, self.sources)
+        except sqlite3.Error as exc:
+            self.state_failed(exc)
 
     def _child(self) -> tuple[int, int] | None:
         return self.child.identity() if self.child is not None else None

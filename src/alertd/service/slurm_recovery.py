@@ -38,10 +38,10 @@ import logging
 import math
 import os
 import socket
-import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from alertd.actions.base import Refused
 from alertd.actions.config import RecoverConfig
@@ -55,10 +55,8 @@ from alertd.integrations.plan import ACK_NAME, PLAN_NAME
 from alertd.model import Transition, format_value
 from alertd.runs.procfs import Procfs
 from alertd.runs.recovery import History, Incident, NoPlan, Plan, decide
+from alertd.runs.writers import WriterRegistry
 from alertd.service.recovery import ACK_WAIT, acknowledged, plan_from
-
-if TYPE_CHECKING:
-    from alertd.service.service import Service
 
 log = logging.getLogger("alertd.service")
 
@@ -131,11 +129,25 @@ class JobRecord:
 
 
 class SlurmRecovery:
-    """The service's recoveries of Slurm jobs (see the module's documentation); `service`: the running service (its
-    verified writers, its configuration's `slurm` sources, its state directory)."""
+    """The service's recoveries of Slurm jobs (see the module's documentation). From the service: `read` and
+    `commit` its state directory's records (committed with the alert states), `registry` its verified writers,
+    `slurm_sources()` the names of its configuration's `slurm` sources, `exec_mode` whether it is alertd exec."""
 
-    def __init__(self, service: Service, *, hostname: str | None = None, proc_root: str = "/proc") -> None:
-        self.service = service
+    def __init__(
+        self,
+        *,
+        read: Callable[[str], str | None],
+        commit: Callable[[str, str | None], None],
+        registry: WriterRegistry,
+        slurm_sources: Callable[[], frozenset[str]],
+        exec_mode: bool = False,
+        hostname: str | None = None,
+        proc_root: str = "/proc",
+    ) -> None:
+        self._read, self._commit = read, commit
+        self.registry = registry
+        self._slurm_sources = slurm_sources
+        self.exec_mode = exec_mode
         self.hostname = hostname or socket.gethostname()
         self.procfs = Procfs(proc_root)
         self._busy: set[str] = set()
@@ -146,21 +158,16 @@ class SlurmRecovery:
 
     def record(self, job: str) -> JobRecord:
         """The job's record, as committed."""
-        return JobRecord.from_json(job, self.service.state.record(RECORD_PREFIX + job))
+        return JobRecord.from_json(job, self._read(RECORD_PREFIX + job))
 
     def _save(self, record: JobRecord | None, job: str) -> None:
-        service = self.service
-        try:
-            value = record.as_json() if record is not None else None
-            service.state.save_record(RECORD_PREFIX + job, value, service.engine, service.sources)
-        except sqlite3.Error as exc:
-            service.state_failed(exc)
+        self._commit(RECORD_PREFIX + job, record.as_json() if record is not None else None)
 
     # the supervisor
 
     async def recover(self, cfg: RecoverConfig, alert: Transition, report: RecoverReport, emit: Emit) -> None:
         """Plan a recovery of the alert's Slurm job and requeue it (see the module's documentation)."""
-        if self.service.receivers.exec_mode:
+        if self.exec_mode:
             why = "target: slurm is not for alertd exec (its trainer is the child: use target: child)"
             await emit(replace(report, refused=why))
             return
@@ -168,8 +175,8 @@ class SlurmRecovery:
             cfg.job_from,
             self.procfs,
             self.hostname,
-            writers=self.service.writer_checks.registry.writer,
-            claims=self.service.writer_checks.registry.claims,
+            writers=self.registry.writer,
+            claims=self.registry.claims,
             slurm_sources=self._slurm_sources,
         )
         try:
@@ -192,9 +199,6 @@ class SlurmRecovery:
             task.cancel()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=CLOSE_WAIT)
-
-    def _slurm_sources(self) -> frozenset[str]:
-        return frozenset(s.name for s in self.service.config.sources if s.type == "slurm")
 
     async def _recover(
         self, cfg: RecoverConfig, alert: Transition, report: RecoverReport, emit: Emit, job: str, how: str
