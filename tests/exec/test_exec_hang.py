@@ -69,6 +69,6 @@ def test_a_hung_torchrun_job_is_alerted_with_every_ranks_stack_and_goes_on(tmp_p
     took, summary, done = hang_to_stacks(tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
     assert took < STALL_AFTER + 5.0, (took, summary)
-    where = dict(re.findall(r"rank (\d+) \(pid \d+\) in (\S+) .*?\[faulthandler\]", summary))
+    where = dict(re.findall(r"rank (\d+) \(pid \d+\) in (\S+) .*?\[py-spy\]", summary))
     assert where == {"0": "all_reduce", "1": "all_reduce", "2": "straggler_sleep"}, summary
     assert all((tmp_path / "out" / f"DONE.rank{r}").exists() for r in range(3))  # the capture took nothing away

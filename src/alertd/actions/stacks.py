@@ -325,12 +325,17 @@ class StacksNotifier:
         return out
 
     async def _one(self, info: ProcInfo, rank: str | None, cap: int) -> ProcStack:
+        """py-spy first (the kernel stops and resumes the process: nothing runs inside it), else the callbacks'
+        signal hook: a signal once aborted a Gloo rank waiting in all_reduce ("terminate called without an active
+        exception"), so it is the fallback where py-spy is off or may not attach."""
+        spied = await self._py_spy(info, rank, cap)
+        if spied.method != "none":
+            return spied
         hooked = await asyncio.to_thread(self._hook, info, rank, cap)
         if hooked is not None and hooked.method != "none":
             return hooked
-        spied = await self._py_spy(info, rank, cap)
-        if spied.method == "none" and hooked is not None:
-            return replace(spied, error=f"{hooked.error}; {spied.error}")
+        if hooked is not None:
+            return replace(spied, error=f"{spied.error}; {hooked.error}")
         return spied
 
     def _hook(self, info: ProcInfo, rank: str | None, cap: int) -> ProcStack | None:
