@@ -58,6 +58,7 @@ def main() -> None:
             time.sleep(max(0.0, pace - (time.monotonic() - began)))
             if run.boundary(step):
                 break
+    dist.barrier()  # every rank done with its last collective before any closes its connections
     dist.destroy_process_group()
 
 

@@ -43,6 +43,7 @@ def main(outdir: str, steps: int, mode: str) -> None:
                 print(f"rank {rank} stopped at step {step}", flush=True)
                 break
             time.sleep(0.02 if step < 8 else 0.05)
+    dist.barrier()  # every rank done with its last collective before any closes its connections
     dist.destroy_process_group()
 
 

@@ -27,6 +27,7 @@ def main(outdir: str, steps: int) -> None:
             optimizer.zero_grad()
             if run.boundary(step):
                 break
+    dist.barrier()  # every rank done with its last collective before any closes its connections
     dist.destroy_process_group()
 
 

@@ -39,6 +39,7 @@ def main(outdir: str, steps: int, at: int, seconds: float) -> None:
             if run.boundary(step):
                 break
     (out / f"DONE.rank{rank}").write_text(str(time.time()))
+    dist.barrier()  # every rank done with its last collective before any closes its connections
     dist.destroy_process_group()
 
 
