@@ -23,8 +23,9 @@ The story (one training step every 10 s, GPU readings every 10 s, t = seconds af
   (run_lost at the end of the data, t = 6500);
 - a fourth run, `gpt-diverge`, logs train/loss at 2.0 for 220 steps, then climbing 0.05 a step, too slowly for
   loss_spike: the last 20 samples average 1.5x the 200 before at step 249, t = 2490 (loss_diverging);
-- a fifth run, `ddp-4`, four ranks on two nodes writing train/step_time every 10 s: rank 3 takes 2 s a step
-  instead of 1 s from t = 1000 to 2000 (rank_straggler), rank 2 ends no step from t = 3000 to 3300 while the
+- a fifth run, `ddp-4`, four ranks on two nodes writing train/step_time and train/step_busy every 10 s: rank 3
+  works 1 s a step instead of 0.5 s from t = 1000 to 2000, so every rank's step takes 2 s instead of 1 s
+  (rank_straggler names rank 3 by its busy time), rank 2 ends no step from t = 3000 to 3300 while the
   others go on (rank_stalled), and no rank ends a step from t = 2200 to 2900 (job_hung, and run_stalled with it,
   at 2190 + 10 minutes);
 - Slurm (a `slurm` source): job 12345, submitted an hour before the data starts, waits in the queue (its
@@ -123,8 +124,10 @@ def distributed() -> list[tuple[float, str]]:
             if 2200 <= t < 2900:
                 continue  # no rank ends a step for 11 minutes: a collective that hangs
             labels = {"source": "raw", "run": "ddp-4", "host": f"node{3 + rank // 2}", "rank": str(rank)}
-            slow = rank == 3 and 1000 <= t < 2000  # rank 3 takes twice as long a step for 1000 s
+            slow = 1000 <= t < 2000  # rank 3 works twice as long a step for 1000 s: every rank waits for it
             out.append((t, line("train/step_time", labels, t, i // 10, 2.0 if slow else 1.0)))
+            busy = 1.0 if slow and rank == 3 else 0.5
+            out.append((t, line("train/step_busy", labels, t, i // 10, busy)))
     return out
 
 

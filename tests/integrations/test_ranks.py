@@ -3,6 +3,7 @@ ranks as members of one run."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from integ_helpers import HERE, read_samples
 
+from alertd.integrations.commands import send
 from alertd.integrations.ranks import rank_labels, rank_path
 from alertd.integrations.samples_writer import SamplesWriter
 from alertd.model import Sample, SeriesKey, make_labels
@@ -146,3 +148,31 @@ def test_a_job_whose_every_rank_is_silent_is_hung_and_one_process_only_stalled()
     assert derived(tracker.observe([_s("run.finished", 90.0, 2, None, run="one")], now=90.0))[:1] == [
         ("run.stalled", "one", 90.0, 0.0)
     ]
+
+
+def test_a_command_read_by_any_rank_is_carried_out_by_every_rank_at_the_same_step(tmp_path: Path) -> None:
+    """alertd's `lr_scale`, in the commands directory of rank 1 alone (a node of its own), halves the LR of all three
+    ranks of a torchrun job at one step (a LR changed on one rank alone would make the replicas part for good);
+    rank 1 acknowledges it, once."""
+    commands = tmp_path / "node1-commands"
+    commands.mkdir()
+    name = send(str(commands), "halve", "lr_scale", {"action": "lr_scale", "factor": 0.5})
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "ALERTD_SAMPLES_FILE")}
+    env["OMP_NUM_THREADS"] = "1"
+    env["RANK1_COMMANDS"] = str(commands)
+    cmd = [str(TORCHRUN), "--nproc_per_node=3", "--standalone", str(HERE / "ranks_loop_run.py"), str(tmp_path), "4"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lrs = {}
+    for s in read_samples(tmp_path / "alertd-samples.jsonl"):
+        labels = s["labels"]
+        assert isinstance(labels, dict)
+        if s["metric"] == "train/lr":
+            assert labels["reason"] == "lr_scale" and labels["rank"] not in lrs
+            lrs[labels["rank"]] = (s["step"], s["value"])
+        if s["metric"] == "alertd.action":
+            assert labels["outcome"] == "applied" and labels["command"] == name
+    assert lrs == {"0": (1, 0.005), "1": (1, 0.005), "2": (1, 0.005)}
+    assert sorted(p.name for p in commands.iterdir()) == [f"{name}.ack", f"{name}.cmd.done"]
+    ack = json.loads((commands / f"{name}.ack").read_text())
+    assert ack["applied"] is True and ack["old_lr"] == 0.01 and ack["new_lr"] == 0.005 and ack["step"] == 1

@@ -159,34 +159,36 @@ RANK_RULES = """\
 sources:
   - {{type: samples, name: train, path: "{samples}", interval: 0.2}}
 rules: []
-export: {{metrics: [train/step_time], timestamps: true}}
+export: {{metrics: [train/step_time, train/step_busy], timestamps: true}}
 """
 
 
 def ranks_node(tmp: Path, name: str, ranks: list[tuple[str, int, float, float]]) -> Served:
-    """alertd whose samples hold, per (run, rank, step time, age in seconds), that rank's last `train/step_time`."""
+    """alertd whose samples hold, per (run, rank, busy time, age in seconds), that rank's last `train/step_time`
+    (0.3 s on every rank: a synchronous job) and `train/step_busy`."""
     home = tmp / name
     home.mkdir()
     samples = home / "samples.jsonl"
     now = time.time()
     lines = [
         {
-            "metric": "train/step_time",
+            "metric": metric,
             "labels": {"run": run, "rank": str(rank)},
             "time": now - age,
             "step": 7,
-            "value": value,
+            "value": value if metric == "train/step_busy" else 0.3,
         }
         for run, rank, value, age in ranks
+        for metric in ("train/step_time", "train/step_busy")
     ]
     samples.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return Served(home, RANK_RULES.format(samples=samples))
 
 
 def test_prometheus_names_the_straggler_the_silent_rank_and_the_hung_job_across_two_nodes(tmp_path: Path) -> None:
-    """deploy/multinode/training-rules.yml over what two nodes' alertd export: job j1's rank 3 (node b) takes
-    2.5x the median step time, its rank 1 (node a) ended no step for 5 minutes while the others go on; every rank
-    of job j2 has been silent for 15 minutes."""
+    """deploy/multinode/training-rules.yml over what two nodes' alertd export: job j1's rank 3 (node b) works
+    2.5x the median busy time (its step time alike: a synchronous job), its rank 1 (node a) ended no step for
+    5 minutes while the others go on; every rank of job j2 has been silent for 15 minutes."""
     with (
         ranks_node(tmp_path, "a", [("j1", 0, 0.1, 0), ("j1", 1, 0.1, 300), ("j2", 0, 0.1, 900)]) as a,
         ranks_node(tmp_path, "b", [("j1", 2, 0.1, 0), ("j1", 3, 0.25, 0), ("j2", 1, 0.1, 900)]) as b,

@@ -171,6 +171,10 @@ class Inbox:
         try:
             write_atomic(base + ACK, ack)
             os.replace(base + SUFFIX, base + SUFFIX + DONE)
+        except FileNotFoundError:
+            if not os.path.exists(base + SUFFIX + DONE):  # else another rank sharing the directory renamed it
+                self._stuck.add(name)
+                log.warning("alertd: can't acknowledge the command %s: it is gone", base + SUFFIX)
         except (OSError, ValueError) as e:
             self._stuck.add(name)
             log.warning("alertd: can't acknowledge the command %s: %s", base + SUFFIX, e)

@@ -15,7 +15,8 @@ labels `run` (the `run` argument, else `$ALERTD_RUN`, else the name of `default_
   parameters in `on_before_optimizer_step`, which Lightning calls after the backward pass (and AMP's
   unscaling) and BEFORE it clips them. Under FSDP or DeepSpeed a process holds only its shard: the norm
   is that shard's.
-- `train/step_time` at every optimizer step: the seconds since the previous step end, the rank's heartbeat.
+- `train/step_time` at every optimizer step: the seconds since the previous step end, the rank's heartbeat;
+  in a distributed run also `train/step_busy`, the rank's share of it (`alertd.integrations.busy`).
 - On every rank of a distributed run (each process writes its own values, appended to the same file), with the
   labels `rank`, `local_rank`, `world_size` and `node` (`alertd.integrations.recorder`); none in one process.
 - `run.started`, and at the end `run.finished` with `run.crashed` (0 from `on_train_end`, or 1 with label
@@ -160,6 +161,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         self._finite_at = None
         self._reset(None)
         self.recorder.start(trainer.default_root_dir, trainer.global_step)
+        self.recorder.watch(pl_module)
         self.steering.start(trainer.default_root_dir, self.recorder)
         self._ledger = Ledger(trainer.default_root_dir, "lightning", write=bool(trainer.is_global_zero))
         self._patches.restore()
@@ -242,18 +244,19 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
             self.recorder.write(GRAD_NORM, math.hypot(*(float(n) for n in self._grad_norms)), step)
         self.recorder.step_end(step)
         self._reset(trainer.global_step)
-        self._commands(trainer)
-        self._maybe_stop(trainer)
+        self._maybe_stop(trainer, self._commands(trainer))
 
-    def _commands(self, trainer: Any) -> None:
+    def _commands(self, trainer: Any) -> str | None:
+        """Take alertd's new commands (the ranks agree on them and on a stop); the reason to stop now, or None."""
         step = trainer.global_step
         schedulers = [config.scheduler for config in getattr(trainer, "lr_scheduler_configs", ())]
-        orders = self.steering.boundary(step, trainer.optimizers, schedulers)
+        device = getattr(trainer.strategy, "root_device", None)
+        orders = self.steering.boundary(step, trainer.optimizers, schedulers, self.recorder.stop_reason(), device)
         for command in orders.stop:
             self.steering.done(command, step)
             self.recorder.stop.reason = self.recorder.stop.reason or STOP_COMMAND
         if not orders.save:
-            return
+            return orders.reason
         path = os.path.abspath(os.path.join(self._checkpoint_dir(trainer), f"alertd-save-step={step}.ckpt"))
         if self._weights_finite(trainer):
             trainer.save_checkpoint(path, weights_only=False)
@@ -264,11 +267,9 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
             self._ledger.vetoed(step, path, COMMAND)
             for command in orders.save:
                 self.steering.refuse(command, step, "weights not finite, no checkpoint saved")
+        return orders.reason
 
-    def _maybe_stop(self, trainer: Any) -> None:
-        reason = self.recorder.stop_reason()
-        if bool(trainer.strategy.reduce_boolean_decision(reason is not None, all=False)) and reason is None:
-            reason = "other_rank"
+    def _maybe_stop(self, trainer: Any, reason: str | None) -> None:
         if reason is None or self._stopping:
             return
         self._stopping = True

@@ -15,7 +15,10 @@ hooks. The run markers are those alertd's run tracking reads:
   (`alertd-stacks.txt` in a one-process run), even while the main thread waits in a collective
   (`alertd.integrations.stacks`);
 - `train/step_time` at every step end: the seconds since the previous step end (the first: since the start),
-  from a monotonic clock; on every rank, it is each rank's heartbeat too (one line a step, about 10 µs).
+  from a monotonic clock; on every rank, it is each rank's heartbeat too (one line a step, about 10 µs);
+- `train/step_busy` at every step end of a distributed run whose model the callback was given (`watch`): the
+  seconds this rank worked on the step before it waited for the others (`alertd.integrations.busy`); the
+  straggler's figure, as the step time is alike on every rank of a synchronous job.
 
 Every rank of a distributed run records (the callbacks run on every process): its samples carry the labels
 `rank`, `local_rank`, `world_size` and `node` where known (`alertd.integrations.ranks`; none in a one-process
@@ -39,6 +42,7 @@ import sys
 import time
 from collections.abc import Iterable
 
+from alertd.integrations.busy import BusyClock
 from alertd.integrations.ranks import rank_labels, rank_path
 from alertd.integrations.samples_writer import (
     DEFAULT_SAMPLES_NAME,
@@ -59,6 +63,7 @@ FINISHED = "run.finished"
 CRASHED = "run.crashed"
 STOPPED = "run.stopped"
 STEP_TIME = "train/step_time"
+STEP_BUSY = "train/step_busy"
 
 
 def resolve(explicit: str | os.PathLike[str] | None, env: str, default: str) -> str:
@@ -93,6 +98,8 @@ class RunRecorder:
         self.stacks = StacksHook()
         """Every thread's stack to `<output_dir>/alertd-stacks[.rank<N>].txt` on alertd's signal
         (`alertd.integrations.stacks`)."""
+        self.busy = BusyClock()
+        """When this rank's gradients were last all computed (`watch`)."""
 
     def start(self, base_dir: str | os.PathLike[str], step: int) -> None:
         """Training begins in `base_dir` (the output directory): open the samples file, listen for a stop."""
@@ -128,13 +135,23 @@ class RunRecorder:
         if step is not None:
             self.last_step = step
 
+    def watch(self, model: object) -> None:
+        """Time this rank's share of each step (`train/step_busy`) from `model`'s gradients, in a distributed run
+        (in one process there are no peers to compare it with)."""
+        if self.ranks and self.active:
+            self.busy.watch(model)
+
     def step_end(self, step: int) -> None:
-        """Step `step` ended: `train/step_time`, the seconds since the last step end (or the start); the rank's
-        heartbeat."""
+        """Step `step` ended: `train/step_time`, the seconds since the last step end (or the start), the rank's
+        heartbeat; `train/step_busy`, the part of it before the rank's gradients were all computed (`watch`)."""
         now = time.perf_counter()
-        elapsed, self._step_end = now - self._step_end, now
+        start, self._step_end = self._step_end, now
         if self.writer is not None:
-            self.writer.write(STEP_TIME, elapsed, step)
+            self.writer.write(STEP_TIME, now - start, step)
+            busy = self.busy.since(start)
+            if busy is not None:
+                self.writer.write(STEP_BUSY, busy, step)
+                self.busy.settle()
 
     def stop_reason(self) -> str | None:
         """The reason of a pending stop request (looks for the stop file), or None."""
@@ -183,6 +200,7 @@ class RunRecorder:
         self.active = False
         self.stop.uninstall()
         self.stacks.uninstall()
+        self.busy.close()
         if self.writer is not None:
             self.writer.close()
             self.writer = None

@@ -17,6 +17,10 @@ framework restored the optimizer and scheduler state, if training really started
 the attempt (labels `attempt`, `checkpoint`: its base name) are recorded, and `alertd-recovery.ack.json` written
 (old_lr, new_lr, resumed_step, skip, lr_factor). `planned(update)` then names the updates the plan drops.
 
+In a distributed run the ranks agree at every boundary (`alertd.integrations.agree`): each rank's new commands go
+to every rank, and each carries out their union at the same step (a command is taken once per process, however
+many ranks read it); the files a rank read itself are acknowledged by it (alertd's notifier reads the `.ack`).
+
 `judge()` says, just before an update, whether to drop it: the recovery plan ("recovery attempt N"), a `skip_step`
 command, or the `Guard` (off unless given). Each command is acknowledged to alertd (`Inbox.acknowledge`) and
 recorded in the samples file: metric `alertd.action` = 1 (labels `action`, `command`, `outcome`: applied or
@@ -32,10 +36,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from alertd.integrations.agree import OTHER_RANK, agree
 from alertd.integrations.commands import COMMANDS_DIR_ENV, DEFAULT_COMMANDS_NAME, Command, Inbox
 from alertd.integrations.guard import Guard
 from alertd.integrations.plan import RecoveryPlan, acknowledge, skips
 from alertd.integrations.recorder import RunRecorder, resolve
+from alertd.integrations.stop import COMMAND as STOP_COMMAND
 
 log = logging.getLogger("alertd.integrations")
 
@@ -44,6 +50,12 @@ LR = "train/lr"
 STEP_SKIPPED = "train/step_skipped"
 RECOVERY = "alertd.recovery"
 PLANNED = "recovery attempt "
+MAX_TAKEN = 4096
+"""The names of commands taken that a process remembers (a command read again is not taken twice)."""
+
+
+def _name(item: Command | tuple[str, str]) -> str:
+    return item.name if isinstance(item, Command) else item[0]
 
 
 @dataclass
@@ -54,6 +66,9 @@ class Orders:
     skip: list[Command] = field(default_factory=list)
     save: list[Command] = field(default_factory=list)
     stop: list[Command] = field(default_factory=list)
+    reason: str | None = None
+    """Why to stop at this boundary (the ranks agreed: `alertd.integrations.agree`; "command" for a stop
+    command), or None."""
 
 
 class Steering:
@@ -67,6 +82,8 @@ class Steering:
         self._skip: list[Command] = []
         self.plan: RecoveryPlan | None = None
         """The recovery plan applied at this training start (`recover`), or None."""
+        self._taken: dict[str, None] = {}  # the commands taken, oldest first (at most MAX_TAKEN)
+        self._mine: set[str] = set()  # those this process read itself: it acknowledges them
 
     def start(self, base_dir: str | os.PathLike[str], recorder: RunRecorder) -> None:
         """Training begins in `base_dir`: the commands directory is `commands_dir`, `$ALERTD_COMMANDS_DIR` or
@@ -77,15 +94,30 @@ class Steering:
         self.recorder = recorder
         self._skip = []
         self.plan = None
+        self._taken, self._mine = {}, set()
 
-    def boundary(self, step: int, optimizers: Iterable[Any], schedulers: Iterable[Any]) -> Orders:
-        """Take the new commands at the boundary after `step`: apply `lr_scale`, acknowledge refusals, return the
-        rest."""
+    def boundary(
+        self,
+        step: int,
+        optimizers: Iterable[Any],
+        schedulers: Iterable[Any],
+        stop: str | None = None,
+        device: Any = None,
+    ) -> Orders:
+        """Take the new commands at the boundary after `step` (every rank's: `agree`, with this rank's stop reason
+        `stop` and the flag's `device`): apply `lr_scale`, acknowledge refusals, return the rest and the reason to
+        stop."""
         orders = Orders()
-        if self.inbox is None:
-            return orders
+        read = [i for i in self.inbox.poll() if _name(i) not in self._taken] if self.inbox is not None else []
+        orders.reason, items = agree(stop, read, _name, device)
+        self._mine.update(_name(i) for i in read)
         optimizers, schedulers = list(optimizers), list(schedulers)
-        for item in self.inbox.poll():
+        for item in items:
+            if _name(item) in self._taken:
+                continue
+            self._taken[_name(item)] = None
+            if len(self._taken) > MAX_TAKEN:
+                del self._taken[next(iter(self._taken))]
             if not isinstance(item, Command):
                 name, why = item
                 self.refuse(Command(name, "unknown"), step, why)
@@ -94,6 +126,8 @@ class Steering:
             else:
                 getattr(orders, {"skip_step": "skip"}.get(item.action, item.action)).append(item)
         self._skip.extend(orders.skip)
+        if orders.stop and orders.reason in (None, OTHER_RANK):
+            orders.reason = STOP_COMMAND
         return orders
 
     @property
@@ -215,7 +249,8 @@ class Steering:
     def _ack(self, command: Command, step: int | None, **fields: Any) -> None:
         outcome = "applied" if fields.get("applied") else "refused"
         self._write(ACTION, 1.0, step, {"action": command.action, "command": command.name, "outcome": outcome})
-        if self.inbox is not None:
+        if self.inbox is not None and command.name in self._mine:
+            self._mine.discard(command.name)
             self.inbox.acknowledge(command.name, step, command.action, **fields)
 
     def _write(self, metric: str, value: float, step: int | None, labels: dict[str, str]) -> None:

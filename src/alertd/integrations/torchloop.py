@@ -37,14 +37,16 @@ each update it drops (update number `step + 1`; no loss recorded, `train/step_sk
 `alertd-recovery.json`.
 
 Distributed (torchrun, DDP; `torch.distributed` initialised before `start()`, or torchrun's or Slurm's
-environment): every rank records its own `train/loss`, `train/grad_norm` and `train/step_time` (each step end: the
-rank's heartbeat) with the labels `rank`, `local_rank`, `world_size`, `node`, appended to the same samples file
+environment): every rank records its own `train/loss`, `train/grad_norm`, `train/step_time` (each step end: the
+rank's heartbeat) and, with `model`, `train/step_busy` (its share of the step: `alertd.integrations.busy`), with
+the labels `rank`, `local_rank`, `world_size`, `node`, appended to the same samples file
 (`alertd.integrations.recorder`). Global rank 0 alone writes the checkpoint ledger, `$ALERTD_RUN_INFO` and the
 recovery plan's acknowledgement, and makes the default `torch.save` checkpoints (the replicas are alike); a `save`
-function given is called on every rank (a sharded model saves its shards). A stop request is shared between the
-ranks at every `boundary()` by one all-reduce (MAX) of a one-element flag, so every rank stops at the same step
-even when the stop file or a signal reached only some of them (the others' reason is `other_rank`); nothing is
-reduced in a one-process run.
+function given is called on every rank (a sharded model saves its shards). The ranks agree at every
+`boundary()` (one all-reduce of two numbers: `alertd.integrations.agree`), so every rank stops at the same step
+even when the stop file or a signal reached only some of them (the others' reason is `other_rank`), and every
+rank carries out alertd's commands at the same step, whichever ranks read them; nothing is exchanged in a
+one-process run.
 """
 
 from __future__ import annotations
@@ -52,7 +54,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import sys
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
@@ -140,6 +141,8 @@ class AlertdLoop:
             if checkpoint is not None:
                 self.start_step = self._load(checkpoint)
         self.recorder.start(self.output_dir, self.start_step)
+        if self.model is not None:
+            self.recorder.watch(self.model)
         self.steering.start(self.output_dir, self.recorder)
         self.steering.recover(
             plan, self.start_step, self.optimizers, self.schedulers, self.output_dir, ack=self.rank_zero
@@ -187,7 +190,7 @@ class AlertdLoop:
             return True
         self.recorder.step_end(step)
         done = step + 1
-        orders = self.steering.boundary(done, self.optimizers, self.schedulers)
+        orders = self.steering.boundary(done, self.optimizers, self.schedulers, self.recorder.stop_reason())
         for command in orders.stop:
             self.steering.done(command, done)
             self.recorder.stop.reason = self.recorder.stop.reason or STOP_COMMAND
@@ -201,7 +204,7 @@ class AlertdLoop:
             path, _ = self._save(done, f"alertd-step={done}.pt", SCHEDULE)
             if path is not None:
                 self._rotate()
-        reason = _any_rank(self.recorder.stop_reason())
+        reason = orders.reason
         if reason is None:
             return False
         self.stopped = True
@@ -272,25 +275,6 @@ class AlertdLoop:
                 os.unlink(path)
             except OSError as e:
                 log.warning("alertd: can't delete the old checkpoint %s: %s", path, e)
-
-
-def _any_rank(reason: str | None) -> str | None:
-    """`reason`, or "other_rank" when only another process of a distributed run was asked to stop: one all-reduce
-    (MAX) of a flag on every rank when torch.distributed is initialised with several processes (the flag lives on
-    the device of the NCCL backend, else on the CPU)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return reason
-    import torch
-
-    device = "cpu"
-    if dist.get_backend() == "nccl" and torch.cuda.is_available():
-        device = f"cuda:{torch.cuda.current_device()}"
-    flag = torch.tensor([0 if reason is None else 1], device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    if reason is None and int(flag.item()):
-        return "other_rank"
-    return reason
 
 
 __all__ = ["AlertdLoop", "Guard"]

@@ -15,7 +15,8 @@ labels `run` (the `run` argument, else `$ALERTD_RUN`, else the output directory'
   the Trainer computes and logs, taken where it computes it (`accelerator.clip_grad_norm_`). The norm
   seen in `on_pre_optimizer_step` is the clipped one (never above `max_grad_norm`, 1.0 by default), which
   would hide an exploding gradient.
-- `train/step_time` at every optimizer step: the seconds since the previous step end, the rank's heartbeat.
+- `train/step_time` at every optimizer step: the seconds since the previous step end, the rank's heartbeat;
+  in a distributed run also `train/step_busy`, the rank's share of it (`alertd.integrations.busy`).
 - On every rank of a distributed run (each process writes its own values, appended to the same file), with the
   labels `rank`, `local_rank`, `world_size` and `node` (`alertd.integrations.recorder`); none in one process.
 - `run.started`, and at the end `run.finished` with `run.crashed` (0, or 1 with label `exception`);
@@ -153,9 +154,10 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         output_dir = args.output_dir or "."
         self.recorder.start(output_dir, state.global_step)
         self.steering.start(output_dir, self.recorder)
+        trainer = _find_trainer(self)
+        self.recorder.watch(kwargs.get("model") or getattr(trainer, "model", None))
         rank_zero = getattr(args, "process_index", 0) == 0
         self._ledger = Ledger(output_dir, "hf", write=rank_zero)
-        trainer = _find_trainer(self)
         self._trainer = trainer
         if rank_zero:
             write_run_info(output_dir, "hf")
@@ -195,8 +197,7 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
                 self.recorder.write(GRAD_NORM, float(self._grad_norm), step)
         self._loss = self._grad_norm = None
         self._planned = None
-        self._commands(step, control, kwargs)
-        reason = _any_rank(self.recorder.stop_reason(), args)
+        reason = self._commands(step, control, kwargs, args)
         if reason is None or self._stopping:
             return
         self._stopping = True
@@ -227,26 +228,33 @@ class AlertdCallback(_Base):  # type: ignore[misc]  # the framework is optional:
         if why is not None:
             self.steering.skipped(step, why, [kwargs.get("optimizer") or getattr(self._trainer, "optimizer", None)])
 
-    def _commands(self, step: int, control: Any, kwargs: dict[str, Any]) -> None:
-        """Take alertd's new commands at the end of `step`; a save a step ago that the Trainer did not make is
-        refused."""
+    def _commands(self, step: int, control: Any, kwargs: dict[str, Any], args: Any) -> str | None:
+        """Take alertd's new commands at the end of `step` (the ranks agree on them and on a stop); a save a step
+        ago that the Trainer did not make is refused. The reason to stop now, or None."""
         for command in self._saves:
             self.steering.refuse(command, self._save_step, "the Trainer saved no checkpoint")
         self._saves = []
         optimizer = kwargs.get("optimizer") or getattr(self._trainer, "optimizer", None)
         scheduler = kwargs.get("lr_scheduler") or getattr(self._trainer, "lr_scheduler", None)
-        orders = self.steering.boundary(step, [o for o in (optimizer,) if o], [s for s in (scheduler,) if s])
+        orders = self.steering.boundary(
+            step,
+            [o for o in (optimizer,) if o],
+            [s for s in (scheduler,) if s],
+            self.recorder.stop_reason(),
+            getattr(args, "device", None),
+        )
         for command in orders.stop:
             self.steering.done(command, step)
             self.recorder.stop.reason = self.recorder.stop.reason or STOP_COMMAND
         if not orders.save:
-            return
+            return orders.reason
         if self._trainer is not None and not self._weights_finite():
             for command in orders.save:
                 self.steering.refuse(command, step, "weights not finite, no checkpoint saved")
-            return
+            return orders.reason
         control.should_save = True
         self._saves, self._save_step = orders.save, step
+        return orders.reason
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """The Trainer saved a checkpoint: if it is the stop's or a save command's, say so."""
@@ -377,17 +385,3 @@ def _find_trainer(callback: object) -> Any:
                 return candidate
         frame = frame.f_back  # type: ignore[assignment]
     return None
-
-
-def _any_rank(reason: str | None, args: Any) -> str | None:
-    """`reason`, or "other_rank" when only another process of a distributed run was asked to stop."""
-    import torch
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return reason
-    flag = torch.tensor([0 if reason is None else 1], device=args.device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    if reason is None and int(flag.item()):
-        return "other_rank"
-    return reason
