@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import itertools
 import random
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from core_helpers import INF, NAN, rule, samples, series, table
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alertd.buffer import BufferLimits, Series, SeriesBuffer
+from alertd.buffer import BufferLimits, Series
 from alertd.config import load_config
 from alertd.dryrun import Replay
 from alertd.errors import ConfigError
@@ -176,19 +175,6 @@ span_st = st.one_of(
 kinds = st.sampled_from(["avg", "min", "max", "sum", "count", "stddev", "quantile"])
 
 
-def _fill(values: list[float], gaps: list[int], limits: BufferLimits) -> Iterator[tuple[Series, int]]:
-    """Append the values one by one to one series; after each: the series and the index of the new sample."""
-    buf = SeriesBuffer(limits)
-    key = SeriesKey("loss", (("run", "a"),))
-    t = 0.0
-    for n, v in enumerate(values):
-        t += gaps[n % len(gaps)]
-        buf.append([Sample(key, t, n, v)])
-        s = buf.get(key)
-        assert s is not None
-        yield s, len(s.times) - 1
-
-
 @settings(max_examples=200, deadline=None)
 @given(
     values=values_st,
@@ -210,11 +196,11 @@ def test_the_running_window_equals_a_from_scratch_one(values, gaps, kind, over, 
         ms = min(ms, over.samples)
     cond = WindowAggregate(kind, over, ">", value=None if base else 0.0, ratio=1.0 if base else None, baseline=base,
                            q=q, min_samples=ms)  # fmt: skip
-    for s, i in _fill(values, gaps, BufferLimits(max_samples=keep, max_age=1e9)):
+    for s, i in ref.fill(values, gaps, BufferLimits(max_samples=keep, max_age=1e9)):
         want = ref.measure(kind, s.times, s.values, s.start, i, over, base, q, ms)
         got = cond.measure(s, i)
         assert (got is None, got) == (want is None, want) or (got != got and want != want), (i, got, want)
-    s = list(_fill(values, gaps, BufferLimits(max_samples=keep, max_age=1e9)))[-1][0]
+    s = list(ref.fill(values, gaps, BufferLimits(max_samples=keep, max_age=1e9)))[-1][0]
     order = list(range(s.start, len(s.times)))
     random.Random(len(values)).shuffle(order)
     for i in order:  # jumps back and forth: rebuilt where it can't advance, the same answers
@@ -229,7 +215,7 @@ def test_the_running_window_equals_a_from_scratch_one(values, gaps, kind, over, 
 )
 def test_the_running_zscore_equals_a_from_scratch_one(values, gaps, over, keep) -> None:  # type: ignore[no-untyped-def]
     cond = ZScore(over, 3.0)
-    for s, i in _fill(values, gaps, BufferLimits(max_samples=keep, max_age=1e9)):
+    for s, i in ref.fill(values, gaps, BufferLimits(max_samples=keep, max_age=1e9)):
         got, want = cond.score(s, i), ref.zscore(s.times, s.values, s.start, i, over)
         assert got == want or (got != got and want != want), (i, got, want)
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from fractions import Fraction
 
+from alertd.buffer import BufferLimits, Series, SeriesBuffer
+from alertd.model import Sample, SeriesKey
 from alertd.rules.conditions import Span
 
 
@@ -122,3 +124,44 @@ def early_stopping(values: Sequence[float], patience: int, min_delta: float, mod
             wait += 1
         out.append(wait >= patience)
     return out
+
+
+def spike_baseline(
+    times: Sequence[float],
+    values: Sequence[float],
+    start: int,
+    i: int,
+    samples: int | None,
+    seconds: float | None,
+    stat: str,
+    min_samples: int,
+) -> float | None:
+    """A spike's baseline before index `i` as alertd computed it before its window was kept running (a list of
+    the window's finite values, `statistics.median` or `math.fsum / len`, numpy's median from 64 values: the
+    same number): the oracle of the running one. An intermediate overflow of `fsum` is taken as ±inf."""
+    from bisect import bisect_left
+    from statistics import median
+
+    lo = max(start, i - (samples or 0)) if seconds is None else bisect_left(times, times[i] - seconds, start, i)
+    window = [v for v in values[lo:i] if math.isfinite(v)]
+    if len(window) < min_samples or not window:
+        return None
+    if stat == "median":
+        return median(window)
+    try:
+        return math.fsum(window) / len(window)
+    except OverflowError:
+        return math.copysign(math.inf, sum(Fraction(v) for v in window))
+
+
+def fill(values: list[float], gaps: list[int], limits: BufferLimits) -> Iterator[tuple[Series, int]]:
+    """Append the values one by one to one series; after each: the series and the index of the new sample."""
+    buf = SeriesBuffer(limits)
+    key = SeriesKey("loss", (("run", "a"),))
+    t = 0.0
+    for n, v in enumerate(values):
+        t += gaps[n % len(gaps)]
+        buf.append([Sample(key, t, n, v)])
+        s = buf.get(key)
+        assert s is not None
+        yield s, len(s.times) - 1

@@ -3,24 +3,22 @@
 A condition sees the series' arrays and the index of the sample being judged; everything before
 that index is its history. Non-finite values never compare true (use `Nonfinite` for them) and are
 left out of spike baselines. The windowed conditions (aggregates over a window, z-score, plateau) live
-in `rules/windows.py` and `rules/plateau.py`.
+in `rules/windows.py` and `rules/plateau.py`; a spike's baseline uses the same running window.
 """
 
 from __future__ import annotations
 
 import math
-from array import array
 from bisect import bisect_left
-from dataclasses import dataclass
-from statistics import median
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from alertd._np import np
 from alertd.buffer import Series
 from alertd.rules.compare import OPS
+from alertd.rules.memo import Memo
 from alertd.rules.peers import Peers
 from alertd.rules.plateau import Plateau
-from alertd.rules.windows import AGGREGATES, Span, WindowAggregate, ZScore
+from alertd.rules.windows import AGGREGATES, Running, Span, WindowAggregate, ZScore
 
 __all__ = [
     "AGGREGATES",
@@ -100,28 +98,15 @@ class Trend:
         return self.direction + (f" (min_delta {self.min_delta:g})" if self.min_delta else "")
 
 
-_COLUMN_MIN = 64
-"""Window length from which a spike's median is taken on a numpy view (the same value, 5-10x faster)."""
-
-
-def _median_of_finite(values: array[float], lo: int, hi: int, min_samples: int) -> float | None:
-    """`statistics.median` of the finite values in `values[lo:hi]` (None when fewer than `min_samples`):
-    numpy's median of the same numbers is the same float (the middle one, or the two middle ones'
-    sum halved)."""
-    view = np.frombuffer(values, dtype=np.float64, count=hi)[lo:hi]
-    try:
-        window = view[np.isfinite(view)]
-    finally:
-        del view  # the array may grow again only once no view of its buffer is left
-    if len(window) < min_samples:
-        return None
-    return float(np.median(window))
-
-
 @dataclass(frozen=True, slots=True)
 class Spike:
     """latest / baseline >= ratio (up) or <= ratio (down); the baseline is the median or mean of the
-    finite values before the latest, over the last `samples` samples or the last `seconds` seconds."""
+    finite values before the latest, over the last `samples` samples or the last `seconds` seconds.
+
+    The baseline's window is kept running per series (`rules/windows.py`'s `Running`, in a `Memo`): the sorted
+    finite values for a median, their exact sum for a mean, advanced by the samples that enter and leave it,
+    so a sample costs a binary search and a move in a sorted array, not a sort of the window. The numbers are
+    those of `statistics.median` and of `math.fsum(window) / len(window)` over the window's finite values."""
 
     ratio: float
     direction: Literal["up", "down"] = "up"
@@ -129,20 +114,30 @@ class Spike:
     seconds: float | None = None
     stat: Literal["median", "mean"] = "median"
     min_samples: int = 5
+    memo: Memo = field(default_factory=Memo, compare=False, hash=False, repr=False)
 
     def baseline(self, series: Series, i: int) -> float | None:
         """The baseline before index `i`, or None when there are fewer than `min_samples` finite values."""
-        values = series.values
         if self.seconds is not None:
             lo = bisect_left(series.times, series.times[i] - self.seconds, series.start, i)
         else:
             lo = max(series.start, i - (self.samples or 0))
-        if self.stat == "median" and i - lo >= _COLUMN_MIN:
-            return _median_of_finite(values, lo, i, self.min_samples)
-        window = [v for v in values[lo:i] if math.isfinite(v)]
-        if len(window) < self.min_samples:
-            return None
-        return median(window) if self.stat == "median" else math.fsum(window) / len(window)
+        median = self.stat == "median"
+        with self.memo.lock:
+            window = self.memo.get(series)
+            if window is None:
+                window = Running(not median, False, median)
+                self.memo.put(series, window)
+            window.move(series, lo, i)
+            n = window.count
+            if n < self.min_samples or n == 0:
+                return None
+            if not median:
+                return window.sum() / n  # the exact sum rounded once (as math.fsum), then divided
+            ordered = window.ordered
+            assert ordered is not None
+            m = n // 2
+            return ordered[m] if n % 2 else (ordered[m - 1] + ordered[m]) / 2
 
     def check(self, series: Series, i: int) -> bool:
         """True when the latest finite value is `ratio` times the (positive) baseline or beyond."""
