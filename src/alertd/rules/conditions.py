@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
+from alertd._np import np
 from alertd.buffer import Series
 from alertd.rules.compare import OPS
 from alertd.rules.memo import Memo
@@ -45,6 +46,31 @@ class Condition(Protocol):
     def describe(self) -> str: ...
 
 
+VECTOR_MIN = 32
+"""New samples from which a threshold or `nonfinite` is judged column-wise (numpy: the same answers)."""
+
+
+def judge_range(cond: Condition, series: Series, lo: int, hi: int) -> list[int]:
+    """The offsets k (from `lo`) of the samples at array indices [lo, hi) on which `cond` holds, ascending: what
+    `cond.check(series, lo + k)` says of each, judged at once where the condition can (`check_range`: a
+    column-wise comparison, a running window advanced under one look at its memo)."""
+    many = getattr(cond, "check_range", None)
+    if many is not None:
+        return many(series, lo, hi)  # type: ignore[no-any-return]
+    check = cond.check
+    return [k for k in range(hi - lo) if check(series, lo + k)]
+
+
+def _column(series: Series, lo: int, hi: int, judge: Any) -> list[int]:
+    """`judge` of the values at [lo, hi) as a numpy view (a bool array), its true offsets; no view outlives it (the
+    buffer's array may grow again only once none is left)."""
+    view = np.frombuffer(series.values, dtype=np.float64, count=hi)[lo:hi]
+    try:
+        return np.flatnonzero(judge(view)).tolist()
+    finally:
+        del view
+
+
 @dataclass(frozen=True, slots=True)
 class Threshold:
     """The value compares true against a constant (`> 100`)."""
@@ -56,6 +82,14 @@ class Threshold:
         """True when the sample's value compares true; never for NaN."""
         v = series.values[i]
         return v == v and OPS[self.op](v, self.value)
+
+    def check_range(self, series: Series, lo: int, hi: int) -> list[int]:
+        """`judge_range`: column-wise from `VECTOR_MIN` samples (NaN compares false there too)."""
+        if hi - lo < VECTOR_MIN:
+            check = self.check
+            return [k for k in range(hi - lo) if check(series, lo + k)]
+        op, value = OPS[self.op], self.value
+        return _column(series, lo, hi, lambda v: (v == v) & op(v, value))
 
     def describe(self) -> str:
         """`> 100`."""
@@ -69,6 +103,13 @@ class Nonfinite:
     def check(self, series: Series, i: int) -> bool:
         """True for NaN and the infinities."""
         return not math.isfinite(series.values[i])
+
+    def check_range(self, series: Series, lo: int, hi: int) -> list[int]:
+        """`judge_range`: column-wise from `VECTOR_MIN` samples."""
+        if hi - lo < VECTOR_MIN:
+            check = self.check
+            return [k for k in range(hi - lo) if check(series, lo + k)]
+        return _column(series, lo, hi, lambda v: ~np.isfinite(v))
 
     def describe(self) -> str:
         """`nonfinite`."""
@@ -118,37 +159,57 @@ class Spike:
 
     def baseline(self, series: Series, i: int) -> float | None:
         """The baseline before index `i`, or None when there are fewer than `min_samples` finite values."""
-        if self.seconds is not None:
-            lo = bisect_left(series.times, series.times[i] - self.seconds, series.start, i)
-        else:
-            lo = max(series.start, i - (self.samples or 0))
-        median = self.stat == "median"
         with self.memo.lock:
-            window = self.memo.get(series)
-            if window is None:
-                window = Running(not median, False, median)
-                self.memo.put(series, window)
-            window.move(series, lo, i)
-            n = window.count
-            if n < self.min_samples or n == 0:
-                return None
-            if not median:
-                return window.sum() / n  # the exact sum rounded once (as math.fsum), then divided
-            ordered = window.ordered
-            assert ordered is not None
-            m = n // 2
-            return ordered[m] if n % 2 else (ordered[m - 1] + ordered[m]) / 2
+            return self._baseline(self._window(series), series, i)
 
     def check(self, series: Series, i: int) -> bool:
         """True when the latest finite value is `ratio` times the (positive) baseline or beyond."""
         latest = series.values[i]
         if not math.isfinite(latest):
             return False
-        base = self.baseline(series, i)
+        with self.memo.lock:
+            return self._judge(latest, self._baseline(self._window(series), series, i))
+
+    def check_range(self, series: Series, lo: int, hi: int) -> list[int]:
+        """`judge_range`: the window advanced sample by sample under one look at the memo."""
+        values, out = series.values, []
+        with self.memo.lock:
+            window = self._window(series)
+            for i in range(lo, hi):
+                latest = values[i]
+                if latest - latest == 0.0 and self._judge(latest, self._baseline(window, series, i)):
+                    out.append(i - lo)
+        return out
+
+    def _judge(self, latest: float, base: float | None) -> bool:
         if base is None or base <= 0:
             return False
         r = latest / base
         return r >= self.ratio if self.direction == "up" else r <= self.ratio
+
+    def _window(self, series: Series) -> Running:
+        """The series' running window (the memo's lock held)."""
+        window = self.memo.get(series)
+        if window is None:
+            median = self.stat == "median"
+            window = Running(not median, False, median)
+            self.memo.put(series, window)
+        return window
+
+    def _baseline(self, window: Running, series: Series, i: int) -> float | None:
+        if self.seconds is not None:
+            lo = bisect_left(series.times, series.times[i] - self.seconds, series.start, i)
+        else:
+            lo = max(series.start, i - (self.samples or 0))
+        window.move(series, lo, i)
+        n = window.count
+        if n < self.min_samples or n == 0:
+            return None
+        if window.ordered is None:
+            return window.sum() / n  # the exact sum rounded once (as math.fsum), then divided
+        ordered = window.ordered
+        m = n // 2
+        return ordered[m] if n % 2 else (ordered[m - 1] + ordered[m]) / 2
 
     def describe(self) -> str:
         """`spike up x2 over the median of 50 samples`."""

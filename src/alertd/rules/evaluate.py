@@ -30,6 +30,7 @@ from alertd.model import (
     format_time,
     value_text,
 )
+from alertd.rules.conditions import judge_range
 from alertd.rules.expr import Expr
 from alertd.rules.expr_join import (
     MAX_STEP,
@@ -243,7 +244,8 @@ class _Run:
         finished_at = self._finished_at(rule, series.key)
         cond, need, emit, inactive = rule.condition, rule.consecutive, self.emit, AlertState.INACTIVE
         times, values = series.times, series.values
-        for i in range(series.index(first), len(times)):
+        i, n = series.index(first), len(times)
+        if n - i == 1:  # one new sample (the service's tick)
             t = times[i]
             if absent is not None or tr.state is not inactive:
                 advance(rule, tr, t, finished_at, emit, inclusive=False)
@@ -251,6 +253,29 @@ class _Run:
             tr.streak = tr.streak + 1 if cond.check(series, i) else 0
             if tr.cond or tr.streak >= need:
                 set_condition(rule, tr, tr.streak >= need, t, emit)
+        elif i < n:
+            # Judged at once (`judge_range`): the offsets of the samples where the condition holds. While the alert
+            # is quiet (inactive, the condition false, no streak, no absence to time), a stretch of samples
+            # where it does not hold changes nothing but the last value seen: skipped to its end.
+            trues, start, k = judge_range(cond, series, i, n), i, 0
+            while i < n:
+                nxt = trues[k] + start if k < len(trues) else n
+                if nxt > i and absent is None and tr.state is inactive and not tr.cond and tr.streak == 0:
+                    j = nxt - 1
+                    t = times[j]
+                    tr.value, tr.step, tr.time, tr.last_time, tr.clock = values[j], series.step_at(j), t, t, t
+                    i = nxt
+                    continue
+                t = times[i]
+                if absent is not None or tr.state is not inactive:
+                    advance(rule, tr, t, finished_at, emit, inclusive=False)
+                tr.value, tr.step, tr.time, tr.last_time, tr.clock = values[i], series.step_at(i), t, t, t
+                if nxt == i:
+                    k += 1
+                tr.streak = tr.streak + 1 if nxt == i else 0
+                if tr.cond or tr.streak >= need:
+                    set_condition(rule, tr, tr.streak >= need, t, emit)
+                i += 1
         tr.generation, tr.position = series.generation, series.end
         self._tracks_w()[pair] = tr
         self.written.add(pair)

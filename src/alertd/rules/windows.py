@@ -57,32 +57,44 @@ class Running:
 
     The sums are integers in units of 2**-scale, `scale` the largest power of two any value added needed
     (a double is an integer times a power of two); a value needing more rescales them, exactly. So they are
-    small integers for everyday values, and always the exact sums."""
+    small integers for everyday values, and always the exact sums.
 
-    __slots__ = ("count", "hi", "lo", "ordered", "scale", "squares", "sums", "total")
+    It keeps its own copy of the window's values (`kept[head:]`, 8 bytes each): a value leaves the window
+    from that copy, so the window moves on even after the buffer evicted the values leaving it (a window as
+    long as the buffer's history, as a spike's over 5 minutes of a fast series, is never rebuilt for it)."""
+
+    __slots__ = ("count", "head", "hi", "kept", "lo", "ordered", "scale", "squares", "sums", "total")
 
     def __init__(self, sums: bool, squares: bool, ordered: bool) -> None:
         self.lo = self.hi = -1
         self.count = self.total = self.squares = self.scale = 0
         self.sums = sums or squares
         self.ordered: array[float] | None = array("d") if ordered else None
+        self.kept: array[float] = array("d")
+        self.head = 0
         if not squares:
             self.squares = -1  # not kept
 
     def move(self, series: Series, lo: int, hi: int) -> None:
         """Make this the window of array indices [lo, hi) of `series` (advanced when that is cheaper than
-        a rebuild and the values leaving are still in the buffer; rebuilt otherwise: the same result)."""
+        a rebuild; rebuilt otherwise: the same result)."""
         off = series.base - series.start
         plo, phi = lo + off, hi + off
-        values = series.values
-        if plo == self.lo + 1 and phi == self.hi + 1 and series.base <= self.lo < self.hi:  # slid by one: the usual
-            self._change(values[lo - 1], -1)
-            self._change(values[hi - 1], 1)
+        values, kept = series.values, self.kept
+        if plo == self.lo + 1 and phi == self.hi + 1 and self.lo < self.hi:  # slid by one: the usual
+            out, new = kept[self.head], values[hi - 1]
+            self.head += 1
+            kept.append(new)
+            if out != new:  # the same value leaving and entering changes nothing (NaN != NaN: both, no-ops)
+                self._change(out, -1)
+                self._change(new, 1)
+            if self.head >= 256 and 2 * self.head >= len(kept):
+                del kept[: self.head]
+                self.head = 0
         elif (
             self.lo < 0
             or plo < self.lo
             or phi < self.hi
-            or self.lo < series.base
             or plo > self.hi
             or (plo - self.lo) + (phi - self.hi) > phi - plo
         ):
@@ -91,13 +103,23 @@ class Running:
                 self.squares = 0
             if self.ordered is not None:
                 del self.ordered[:]
+            del kept[:]
+            self.head = 0
             for i in range(lo, hi):
-                self._change(values[i], 1)
+                v = values[i]
+                kept.append(v)
+                self._change(v, 1)
         else:
-            for i in range(self.lo - off, lo):
-                self._change(values[i], -1)
+            for _ in range(plo - self.lo):
+                self._change(kept[self.head], -1)
+                self.head += 1
             for i in range(self.hi - off, hi):
-                self._change(values[i], 1)
+                v = values[i]
+                kept.append(v)
+                self._change(v, 1)
+            if self.head >= 256 and 2 * self.head >= len(kept):
+                del kept[: self.head]
+                self.head = 0
         self.lo, self.hi = plo, phi
 
     def _change(self, v: float, sign: int) -> None:
@@ -217,6 +239,31 @@ class WindowAggregate:
     def measure(self, series: Series, i: int) -> float | None:
         """The aggregate of the window that ends at index `i` (with a baseline: its ratio to the baseline's
         aggregate), or None where nothing is judged."""
+        with self.memo.lock:
+            return self._measure(self._entry(series), series, i)
+
+    def check_range(self, series: Series, lo: int, hi: int) -> list[int]:
+        """The offsets from `lo` of the samples at [lo, hi) where `check` holds: the windows advanced sample by
+        sample under one look at the memo."""
+        compare, number = self._how[0], self._how[1]
+        out = []
+        with self.memo.lock:
+            entry = self._entry(series)
+            for i in range(lo, hi):
+                measured = self._measure(entry, series, i)
+                if measured is not None and compare(measured, number):
+                    out.append(i - lo)
+        return out
+
+    def _entry(self, series: Series) -> list[Any]:
+        """[the window's Running, the baseline's (or None)] of the series (the memo's lock held)."""
+        entry = self.memo.get(series)
+        if entry is None:
+            entry = [Running(*self._how[3]), None]
+            self.memo.put(series, entry)
+        return entry
+
+    def _measure(self, entry: list[Any], series: Series, i: int) -> float | None:
         _, _, least, keep, bspan = self._how
         samples = self.over.samples
         if samples is not None:
@@ -230,26 +277,20 @@ class WindowAggregate:
             blo = window_start(series, i, bspan, lo)
             if blo is None:
                 return None
-        memo = self.memo
-        with memo.lock:
-            entry = memo.get(series)
-            if entry is None:
-                entry = [Running(*keep), None]
-                memo.put(series, entry)
-            recent = entry[0]
-            recent.move(series, lo, i + 1)
-            if recent.count < least:
-                return None
-            now = aggregate(self.kind, recent, self.q)
-            if blo is None:
-                return now
-            base = entry[1]
-            if base is None:
-                base = entry[1] = Running(*keep)
-            base.move(series, blo, lo)
-            if base.count < least:
-                return None
-            before = aggregate(self.kind, base, self.q)
+        recent = entry[0]
+        recent.move(series, lo, i + 1)
+        if recent.count < least:
+            return None
+        now = aggregate(self.kind, recent, self.q)
+        if blo is None:
+            return now
+        base = entry[1]
+        if base is None:
+            base = entry[1] = Running(*keep)
+        base.move(series, blo, lo)
+        if base.count < least:
+            return None
+        before = aggregate(self.kind, base, self.q)
         return now / before if before > 0 else None
 
     def describe(self) -> str:
@@ -282,7 +323,25 @@ class ZScore:
 
     def check(self, series: Series, i: int) -> bool:
         """True when the finite value's z-score crosses the threshold in `direction`."""
-        z = self.score(series, i)
+        return self._crosses(self.score(series, i))
+
+    def score(self, series: Series, i: int) -> float | None:
+        """The z-score of the value at index `i`, or None where nothing is judged (a non-finite value, a
+        window not full, fewer than `min_samples` finite values, a zero stddev)."""
+        with self.memo.lock:
+            return self._score(self._window(series), series, i)
+
+    def check_range(self, series: Series, lo: int, hi: int) -> list[int]:
+        """The offsets from `lo` of the samples at [lo, hi) where `check` holds, under one look at the memo."""
+        out = []
+        with self.memo.lock:
+            window = self._window(series)
+            for i in range(lo, hi):
+                if self._crosses(self._score(window, series, i)):
+                    out.append(i - lo)
+        return out
+
+    def _crosses(self, z: float | None) -> bool:
         if z is None:
             return False
         if self.direction == "up":
@@ -291,24 +350,24 @@ class ZScore:
             return z < -self.threshold
         return abs(z) > self.threshold
 
-    def score(self, series: Series, i: int) -> float | None:
-        """The z-score of the value at index `i`, or None where nothing is judged (a non-finite value, a
-        window not full, fewer than `min_samples` finite values, a zero stddev)."""
+    def _window(self, series: Series) -> Running:
+        window = self.memo.get(series)
+        if window is None:
+            window = Running(True, True, False)
+            self.memo.put(series, window)
+        return window
+
+    def _score(self, window: Running, series: Series, i: int) -> float | None:
         v = series.values[i]
         if v - v != 0.0:
             return None
         lo = window_start(series, i, self.over, i)
         if lo is None:
             return None
-        with self.memo.lock:
-            window = self.memo.get(series)
-            if window is None:
-                window = Running(True, True, False)
-                self.memo.put(series, window)
-            window.move(series, lo, i)
-            if window.count < max(self.min_samples, 1):
-                return None
-            mean, std = window.mean(), window.stddev()
+        window.move(series, lo, i)
+        if window.count < max(self.min_samples, 1):
+            return None
+        mean, std = window.mean(), window.stddev()
         return (v - mean) / std if std > 0 else None
 
     def describe(self) -> str:
