@@ -11,6 +11,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kill_helpers import (
@@ -463,3 +464,56 @@ def test_newest_living_writer_of_a_run_is_chosen(spawner: Spawner, tmp_path: Pat
     registry.check(source.writer_claims(), 300.0)
     w = registry.writer("tb", ".")
     assert w is not None and w.pid == first.pid and w.alive
+
+
+class CountingProcfs(Procfs):
+    """The real /proc, counting the reads per pid (what a writer check costs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: dict[int, int] = {}
+
+    def read(self, pid: int) -> Any:
+        self.reads[pid] = self.reads.get(pid, 0) + 1
+        return super().read(pid)
+
+
+def test_an_idle_logdir_costs_what_changed_in_it(spawner: Spawner, tmp_path: Path) -> None:
+    """A finished run's file (its writer's pid gone) and an exited verified writer's are looked at in /proc once,
+    not at every check, until their file changes; then once more."""
+    import subprocess
+
+    from alertd.service.writers import WriterChecks
+    from alertd.testing.tbwriter import scalar_record
+
+    gone = subprocess.Popen(["true"])  # a pid that has exited: a finished run's writer
+    gone.wait()
+    logdir = tmp_path / "logs"
+    (logdir / "finished").mkdir(parents=True)
+    finished = logdir / "finished" / f"events.out.tfevents.1700000000.{HOST}.{gone.pid}.0"
+    finished.write_bytes(scalar_record("train/loss", 1.0, 0))
+    writer, _ = tb_child(spawner, logdir / "exiting", "open")
+    source = tb_source(logdir)
+    source.read_new()
+    procfs = CountingProcfs()
+    checks = WriterChecks(lambda name: False, WriterRegistry(procfs=procfs))
+    checks._check(source.writer_claims(), 100.0)
+    assert (w := checks.registry.writer("tb", "exiting")) is not None and w.alive
+    writer.kill()
+    writer.wait()
+    for now in (110.0, 120.0, 130.0, 140.0):
+        checks._check(source.writer_claims(), now)
+    w = checks.registry.writer("tb", "exiting")
+    assert w is not None and not w.alive and w.gone_at == 110.0
+    # the finished run's pid: once, by the cheap rules at the first check (then known gone: not read again)
+    assert procfs.reads[gone.pid] == 1
+    exited = procfs.reads[writer.pid]
+    for now in (150.0, 160.0):
+        checks._check(source.writer_claims(), now)
+    assert procfs.reads[gone.pid] == 1 and procfs.reads[writer.pid] == exited  # nothing new: no /proc read
+    with open(finished, "ab") as f:  # the finished run's file changes: its claim is looked at again, once
+        f.write(scalar_record("train/loss", 2.0, 1))
+    source.read_new()
+    checks._check(source.writer_claims(), 170.0)
+    checks._check(source.writer_claims(), 180.0)
+    assert procfs.reads[gone.pid] == 2

@@ -365,6 +365,11 @@ class RunTracker:
             return False
         return marker or run.state is RunState.ENDED
 
+    def writer_of(self, source: str, run: str) -> Writer | None:
+        """What the run was last told of its writer (`writer`), None when nothing (or the run is not known)."""
+        r = self.runs.get((source, run))
+        return r.writer if r is not None else None
+
     def writer(self, source: str, run: str, writer: Writer, now: float) -> list[Sample]:
         """News of a run's writer process (verified, alive, holding its files); may end the run."""
         r = self._run(source, run)

@@ -72,7 +72,7 @@ import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 from alertd.filekind import file_kind
@@ -107,6 +107,9 @@ class WriterClaim:
     path: str
     host: str
     pid: int
+    stamp: int = field(default=0, compare=False)
+    """How far the source has read the file (it changes when the file does): a claim settled (its process gone,
+    or refused by the cheap rules) is not looked at again until its file changes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +157,10 @@ class _Entry:
     ident: tuple[int, int]
 
 
+GONE = object()
+"""`_precheck`'s answer for a claim whose process is gone."""
+
+
 class WriterRegistry:
     """Verifies writer claims against /proc and remembers the verified writers (see the module docstring).
 
@@ -186,6 +193,14 @@ class WriterRegistry:
         self._claims: dict[tuple[str, str], list[WriterClaim]] = {}
         self._failed: dict[tuple[object, ...], float] = {}
         self._noted: dict[tuple[str, str], None] = {}
+        self._settled: dict[tuple[str, str], tuple[int, int, bool]] = {}
+        """Claims settled until their file changes, by (source, path): (pid, stamp, whether the process is gone).
+        A claim the cheap rules refused (its process gone, another host's, a link...) or whose verified writer
+        exited is not looked at again while its file stays as it was: an idle logdir costs what changed in it."""
+        self._quiet: dict[int, tuple[WriterClaim, bool]] = {}
+        """The settled claims by object (`id`; the source hands out the same object until its file changes): a
+        check passes over them with one lookup each. The bool: whether the process is gone."""
+        self._listed: list[WriterClaim] | None = None
         self._lock = threading.Lock()
         self._checking = threading.Lock()
 
@@ -215,6 +230,15 @@ class WriterRegistry:
             out = [e.writer for e in self._entries.values()]
         return sorted(out, key=lambda w: (w.source, w.run, w.verified_at, w.path))
 
+    def settled_gone(self, claim: WriterClaim) -> bool:
+        """Whether the last check found the claim's process gone, and its file has not changed since (then no
+        process can have taken it up: a new one would be a new pid, or a new start time on the same pid)."""
+        quiet = self._quiet.get(id(claim))
+        if quiet is not None and quiet[0] is claim:
+            return quiet[1]
+        hit = self._settled.get((claim.source, claim.path))
+        return hit is not None and hit[2] and hit[0] == claim.pid and hit[1] == claim.stamp
+
     # -- checking (a worker thread) ------------------------------------------------------------
 
     def check(self, claims: Iterable[WriterClaim], now: float) -> list[str]:
@@ -225,12 +249,14 @@ class WriterRegistry:
         file) claims that look spoofed (a pid of another uid, a link instead of a file, a pid that started
         after the file). Every claim given is remembered for `claims` until the next check.
         """
-        claims = list(claims)
-        by_run: dict[tuple[str, str], list[WriterClaim]] = {}
-        for c in claims:
-            by_run.setdefault((c.source, c.run), []).append(c)
-        with self._lock:
-            self._claims = by_run
+        if not isinstance(claims, list) or claims is not self._listed:  # the same list again: nothing to regroup
+            claims = list(claims) if not isinstance(claims, list) else claims
+            by_run: dict[tuple[str, str], list[WriterClaim]] = {}
+            for c in claims:
+                by_run.setdefault((c.source, c.run), []).append(c)
+            with self._lock:
+                self._claims = by_run
+            self._listed = claims
         if not self.enabled:
             return []
         with self._checking:
@@ -274,17 +300,33 @@ class WriterRegistry:
     ) -> None:
         todo: list[tuple[int, WriterClaim, os.stat_result, ProcInfo]] = []
         seen: set[tuple[str, str]] = set()
+        settled, quiet = self._settled, self._quiet
         for claim in claims:
+            hit_quiet = quiet.get(id(claim))
+            if hit_quiet is not None and hit_quiet[0] is claim:
+                continue  # settled, and its file unchanged (the same claim object)
             key = (claim.source, claim.path)
             if key in seen:
                 continue
             seen.add(key)
             have = known.get(key)
             if have is not None and have.writer.alive:
-                continue  # verified already; an exited writer's file is checked again (a new process may hold it)
+                continue  # verified already; an exited writer's file is checked again once it changed
+            hit = settled.get(key)
+            if hit is not None and hit[0] == claim.pid and hit[1] == claim.stamp:
+                continue  # nothing changed since the cheap rules refused it
             pre = self._precheck(claim, changes)
-            if pre is not None:
+            if isinstance(pre, tuple):
+                settled.pop(key, None)
                 todo.append((pre[0].st_mtime_ns, claim, *pre))
+            else:
+                settled[key] = (claim.pid, claim.stamp, pre is GONE)
+                quiet[id(claim)] = (claim, pre is GONE)
+        if len(settled) > 2 * len(seen) + 1024:  # files gone: their entries go
+            self._settled = {k: v for k, v in settled.items() if k in seen}
+        if len(quiet) > 2 * len(seen) + 1024:
+            listed = {id(c) for c in claims}
+            self._quiet = {k: v for k, v in quiet.items() if k in listed}
         todo.sort(key=lambda t: t[0], reverse=True)
         scans = 0
         for _, claim, st, info in todo:
@@ -326,8 +368,9 @@ class WriterRegistry:
             for stale in [k for k, t in self._failed.items() if now - t >= RECHECK] or list(self._failed):
                 del self._failed[stale]
 
-    def _precheck(self, claim: WriterClaim, changes: list[str]) -> tuple[os.stat_result, ProcInfo] | None:
-        """The cheap rules (host, file kind, process, uid); the file's stat and the process when they pass."""
+    def _precheck(self, claim: WriterClaim, changes: list[str]) -> tuple[os.stat_result, ProcInfo] | object | None:
+        """The cheap rules (host, file kind, process, uid); the file's stat and the process when they pass, `GONE`
+        when the process named is gone (or a zombie), else None."""
         if claim.host != self.hostname or claim.pid <= 1:
             return None
         try:
@@ -341,7 +384,9 @@ class WriterRegistry:
             self._note(claim, f"has {st.st_nlink} hard links: its writer is never verified", changes)
             return None
         info = self.procfs.read(claim.pid)
-        if info is None or info.zombie or info.kernel_thread:
+        if info is None or info.zombie:
+            return GONE
+        if info.kernel_thread:
             return None
         if info.tgid is not None and info.tgid != claim.pid:
             self._note(claim, f"names pid {claim.pid}, a thread of process {info.tgid}: not its writer", changes)

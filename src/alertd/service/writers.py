@@ -28,6 +28,13 @@ class WriterChecks:
         self._generations: tuple[tuple[str, int], ...] = ()
         self._checked = float("-inf")
         self._claims: dict[str, list[WriterClaim]] = {}
+        self._told: dict[int, WriterClaim] = {}
+        """Claims (by object) whose process was gone when their run was told, their files unchanged since: passed
+        over (their runs know)."""
+        self._listed: tuple[tuple[int, ...], list[WriterClaim]] = ((), [])
+        self._statuses: dict[tuple[int, int], int | None] = {}
+        """Exited writers whose end is known for good, by (pid, start time): the exit status read from the zombie,
+        or None once the process was reaped without one; /proc is not read for them again."""
 
     async def check(
         self, sources: Mapping[str, Source], runs: RunTracker, now: float, *, only_new: bool = False
@@ -42,7 +49,11 @@ class WriterChecks:
         new = generations != self._generations
         if (only_new and not new) or (not new and now - self._checked < WRITER_CHECK_EVERY):
             return []
-        claims = [c for name, s in tb for c in self._claims_of(name, s)]
+        lists = [self._claims_of(name, s) for name, s in tb]
+        ids = tuple(id(x) for x in lists)
+        if ids != self._listed[0]:  # a source's claims changed: one list again (the same list object otherwise)
+            self._listed = (ids, [c for x in lists for c in x])
+        claims = self._listed[1]
         self._generations, self._checked = generations, now
         if not claims:
             return []
@@ -53,13 +64,16 @@ class WriterChecks:
         for w in self.registry.writers():
             status = statuses.get((w.pid, w.start_ticks))
             writer = Writer(w.host, w.pid, True, w.alive, w.holding, status, w.how)
-            derived += runs.writer(w.source, w.run, writer, now)
+            if runs.writer_of(w.source, w.run) != writer:  # told only what changed
+                derived += runs.writer(w.source, w.run, writer, now)
         by_run: dict[tuple[str, str], tuple[WriterClaim, bool]] = {}
         for c, alive in unverified:  # a run's writer lives if any of its files' named process does
             if alive or (c.source, c.run) not in by_run:
                 by_run[(c.source, c.run)] = (c, alive)
         for c, alive in by_run.values():
-            derived += runs.writer(c.source, c.run, Writer(c.host, c.pid, False, alive, False), now)
+            writer = Writer(c.host, c.pid, False, alive, False)
+            if runs.writer_of(c.source, c.run) != writer:
+                derived += runs.writer(c.source, c.run, writer, now)
         return derived
 
     def _claims_of(self, name: str, source: TensorBoardSource) -> list[WriterClaim]:
@@ -81,15 +95,38 @@ class WriterChecks:
         writers = registry.writers()
         verified = {(w.source, w.run) for w in writers}
         unverified = []
+        told = self._told
         for c in claims:
+            if told.get(id(c)) is c:
+                continue
             if (c.source, c.run) not in verified and c.host == registry.hostname:
+                if registry.settled_gone(c):  # gone at an earlier check, its file unchanged since: no /proc read
+                    unverified.append((c, False))
+                    told[id(c)] = c
+                    continue
                 info = procfs.read(c.pid)
                 unverified.append((c, info is not None and not info.zombie))
         statuses: dict[tuple[int, int], int] = {}
+        known = self._statuses
         for w in writers:
-            if not w.alive and (w.pid, w.start_ticks) not in statuses:
-                info = procfs.read(w.pid)
-                same = info is not None and info.zombie and info.start_ticks == w.start_ticks
-                if same and info is not None and info.exit_code is not None:
-                    statuses[(w.pid, w.start_ticks)] = os.waitstatus_to_exitcode(info.exit_code)
+            key = (w.pid, w.start_ticks)
+            if w.alive or key in statuses:
+                continue
+            if key in known:
+                final = known[key]
+                if final is not None:
+                    statuses[key] = final
+                continue
+            info = procfs.read(w.pid)
+            same = info is not None and info.zombie and info.start_ticks == w.start_ticks
+            if same and info is not None and info.exit_code is not None:
+                statuses[key] = known[key] = os.waitstatus_to_exitcode(info.exit_code)
+            elif info is None or info.start_ticks != w.start_ticks:
+                known[key] = None  # reaped (or the pid reused): no status will ever be read
+        if len(told) > 2 * len(claims) + 1024:
+            listed = {id(c) for c in claims}
+            self._told = {k: v for k, v in told.items() if k in listed}
+        if len(known) > 4 * len(writers) + 1024:
+            alive = {(w.pid, w.start_ticks) for w in writers}
+            self._statuses = {k: v for k, v in known.items() if k in alive}
         return changes, unverified, statuses

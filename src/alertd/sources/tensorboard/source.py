@@ -33,7 +33,7 @@ import os
 import stat
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from alertd import progress
@@ -72,6 +72,7 @@ class _Tail:
 
     __slots__ = (
         "behind",
+        "claim",
         "damage_at",
         "damage_logged",
         "damage_reason",
@@ -102,6 +103,10 @@ class _Tail:
         self.order = (run, parsed.sort_key, self.name)
         fields = {"source": source, "run": run, "host": parsed.host or "", "pid": parsed.pid or ""}
         self.labels = make_labels(fields)
+        self.claim: WriterClaim | None = None
+        """What the name claims (a host and a pid), its `stamp` the bytes read so far; None without both."""
+        if parsed.host and parsed.pid and parsed.pid.isdigit():
+            self.claim = WriterClaim(source, run, path, parsed.host, int(parsed.pid))
         self.keys: dict[str, SeriesKey] = {}
         self.decoder = EventDecoder(tags, self.key_for)
         self.ident: tuple[int, int] | None = None
@@ -272,7 +277,9 @@ class TensorBoardSource:
         self._waiting = False
         self.generation = 0
         """Counts the files found and lost: the writer claims change only with it."""
-        self._claims: tuple[int, list[WriterClaim]] = (-1, [])
+        self._claims: tuple[tuple[int, int], list[WriterClaim]] = ((-1, -1), [])
+        self._claims_version = 0
+        """Counts the claims whose file was read further (their `stamp` changed)."""
         self._positions: dict[str, list[int]] = {}
         """Each tailed file's `saved()` as of its last read."""
         self._cursor: dict[str, list[int]] | None = None
@@ -353,6 +360,9 @@ class TensorBoardSource:
             if tail.rel in self._positions and saved != self._positions[tail.rel]:
                 self._positions[tail.rel] = saved
                 self._cursor = None
+                if tail.claim is not None and tail.claim.stamp != tail.offset:  # the file changed: its claim too
+                    tail.claim = replace(tail.claim, stamp=tail.offset)
+                    self._claims_version += 1
             for step, wall in starts:
                 self.restarts.append((tail.run, step, wall))
                 log.info("run %s: SessionLog.START at step %d (%s)", tail.run, step, tail.name)
@@ -424,19 +434,16 @@ class TensorBoardSource:
             tail.error = message
 
     def writer_claims(self) -> list[WriterClaim]:
-        """What the names of the tailed event files claim: (path, run, host, pid) where a name has both.
+        """What the names of the tailed event files claim: (path, run, host, pid) where a name has both, with the
+        bytes read of the file so far (`stamp`: the claim of a file that changed is a new one).
 
         Only claims: `alertd.runs.writers.WriterRegistry` verifies them against /proc before any use. The
-        list is made again only when files came or went (`generation`); do not change it.
+        list is made again only when files came or went (`generation`) or one was read further; do not change it.
         """
         with self._lock:
-            if self._claims[0] != self.generation:
-                out = []
-                for tail in self._tails.values():
-                    parsed = parse_file_name(tail.name)
-                    if parsed.host and parsed.pid and parsed.pid.isdigit():
-                        out.append(WriterClaim(self.name, tail.run, tail.path, parsed.host, int(parsed.pid)))
-                self._claims = (self.generation, out)
+            version = (self.generation, self._claims_version)
+            if self._claims[0] != version:
+                self._claims = (version, [t.claim for t in self._tails.values() if t.claim is not None])
             return self._claims[1]
 
     def cursor(self) -> dict[str, list[int]]:
