@@ -11,6 +11,7 @@ threads (`alertd.threads`); rules files are read and checked off the event loop 
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
@@ -37,6 +38,7 @@ from alertd.runs.tracker import RunTracker, action_entry
 from alertd.service.child import ChildRun
 from alertd.service.delivery import Deliveries
 from alertd.service.engine import Engine, log, log_evaluation, log_restarts, log_warnings
+from alertd.service.heap import HeapFreezer
 from alertd.service.notifiers import Notifiers, announce
 from alertd.service.sources import SourceRunner, quietly
 from alertd.service.state import StateKeeper
@@ -80,6 +82,7 @@ class Service:
         )
         self.state = StateKeeper(self.state_dir, self.clock, self.runner.busy)  # StateDirError
         self.writer_checks = WriterChecks(self.runner.busy)
+        self.heap = HeapFreezer()
         self.child: ChildRun | None = None
         self.recovery: Supervisor | None = None
         """alertd exec's supervisor of the `recover` notifiers (`alertd.service.recovery`); None otherwise."""
@@ -365,6 +368,8 @@ class Service:
     async def _housekeeping(self) -> None:
         self.engine.buffer.evict_all(self.clock.now())
         self.deliveries.prune()
+        if self.heap.housekeeping(len(self.engine.buffer)):
+            log.debug("froze %d long-lived objects out of the collector's passes", gc.get_freeze_count())
 
     def stop(self) -> None:
         """Ask the service to stop (safe to call from a signal handler)."""
