@@ -97,7 +97,8 @@ BUILTIN_EVENTS: tuple[EventPattern, ...] = (
     EventPattern("nan_detected", re.compile(r"(?i)\bnan (?:detected|found)|detected nan"), False),
 )
 _BUILTIN_HINTS = ("Traceback", "out of memory", "OutOfMemoryError", "NCCL", "Watchdog", "Killed", "etected", "found")
-"""Text that every built-in event's line holds: most lines need no more than these substring tests."""
+"""Text that every built-in event's line holds: most lines need no more than one search for these."""
+_HINTS = re.compile("|".join(re.escape(h) for h in _BUILTIN_HINTS))
 
 
 @dataclass(slots=True)
@@ -195,12 +196,12 @@ class LineParser:
         if t is not None:
             state.last_time = t
         out = Parsed(time=state.last_time)
-        if self.builtin_events and any(hint in text for hint in _BUILTIN_HINTS):
+        if self.builtin_events and _HINTS.search(text) is not None:
             out.events += [ev for ev in BUILTIN_EVENTS if ev.regex.search(text)]
         for ev in self.events:
             if ev.regex.search(text):
                 out.events.append(ev)
-        if any(ev.name == "traceback" for ev in out.events):
+        if out.events and any(ev.name == "traceback" for ev in out.events):
             state.in_traceback = True
             return out
         if state.in_traceback:
@@ -242,7 +243,11 @@ def builtin_values(text: str) -> list[tuple[str, float]]:
         if pairs:
             return pairs[:MAX_VALUES]
     if "=" in text or ":" in text:
-        pairs = [(k, _float(v)) for k, v in _PAIR.findall(text)]
+        found = _PAIR.findall(text)
+        try:
+            pairs = [(k, float(v)) for k, v in found]
+        except ValueError:  # Lightning's `nan.0`
+            pairs = [(k, _float(v)) for k, v in found]
     if not pairs:
         pairs = spaced_pairs(text)
     return pairs[:MAX_VALUES]
@@ -314,6 +319,8 @@ def _float(text: str) -> float:
 
 
 def _object_values(text: str) -> list[tuple[str, float]]:
+    if text[1:2] == "'":  # a Python dict (HF Trainer's print): not JSON, no need to ask json
+        return [(k, _float(v)) for k, v in _DICT_PAIR.findall(text)]
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError):

@@ -66,10 +66,16 @@ class LogStream:
         self, p: Parsed, now: float, out: list[Sample], state: FileState, extra: tuple[tuple[str, str], ...]
     ) -> None:
         t = p.time if p.time is not None else now
+        keys, step = self.keys, p.step
         for metric, value in p.values:
-            key = self.key(metric, extra)
-            if key is not None:
-                out.append(Sample(key, t, p.step, value))
+            key = keys.get(metric) if not extra else None  # the usual: a known metric of the file's own lines
+            if key is None:
+                key = self.key(metric, extra)
+                if key is None:
+                    continue
+            out.append(Sample(key, t, step, value))
+        if not p.events:
+            return
         step = p.step if p.step is not None else state.last_step
         for ev in p.events:
             key = self.key(EVENT, (("event", ev.name), *extra))
