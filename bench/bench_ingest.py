@@ -23,7 +23,7 @@ Then, on the same files, side by side:
   replay, with no rules and with rules/default.yaml, is timed once each and shown on its own line; it
   is not part of the ratio. Before the column-wise paths of the replay (run tracking, small appends,
   time order), 4-tag took 2.39-2.46 s with no rules and 15.2 s with the default rules on the 2-CPU dev
-  machine; most of what remains with the default rules is the rules' spike baselines (rules/conditions.py);
+  machine; `bench_replay.py` sets the replay with the default rules beside its anchor (Rust load + pandas);
 - TensorBoard's `EventAccumulator(path, size_guidance={"scalars": 0}).Reload()`, once (it is slow);
 - TensorBoard's Rust data server (`tensorboard_data_server`, what `tensorboard` runs by default), as
   `tensorboard` starts it (`--reload once`, default checksumming: only records that fail to parse)
