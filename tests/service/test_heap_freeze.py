@@ -1,23 +1,24 @@
 """The start-up objects are frozen out of the collector's passes once the start-up read is over, and again only
-when the buffer doubled."""
+when the buffer doubled and held still."""
 
 from __future__ import annotations
 
 import gc
 
-from alertd.service.heap import HeapFreezer
+from alertd.service.heap import GROWTH, HeapFreezer
 
 
-def test_frozen_once_the_series_settle_and_again_when_they_double() -> None:
+def test_frozen_once_the_start_up_read_is_over_and_again_when_the_series_double() -> None:
     heap = HeapFreezer()
     try:
-        assert [heap.housekeeping(n) for n in (100, 5000, 9000)] == [False, False, False]  # still reading
+        assert not heap.started(False, 100) and not heap.housekeeping(100)  # still reading: nothing frozen
         before = gc.get_freeze_count()
         keep = [[i] for i in range(1000)]  # long-lived objects, tracked by the collector
-        assert heap.housekeeping(9000) and heap.frozen_at == 9000  # the series settled: frozen
+        assert heap.started(True, 3000) and heap.frozen_at == 3000
         assert gc.get_freeze_count() >= before + len(keep)
-        assert [heap.housekeeping(n) for n in (9000, 12000, 12000, 17999, 17999)] == [False] * 5
-        assert not heap.housekeeping(18000)  # doubled, but still moving
-        assert heap.housekeeping(18000) and heap.frozen_at == 18000
+        assert not heap.started(True, 3000)  # once
+        grown = max(6000, 3000 + GROWTH)
+        assert [heap.housekeeping(n) for n in (3000, 5000, 5000, grown - 1, grown - 1, grown)] == [False] * 6
+        assert heap.housekeeping(grown) and heap.frozen_at == grown  # doubled and held still
     finally:
         gc.unfreeze()

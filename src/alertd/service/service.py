@@ -336,6 +336,8 @@ class Service:
         """The evaluation tick: writers, runs that stalled, time-based conditions and group timers."""
         await self.check_writers(self.clock.now())
         now = self.clock.now()
+        if self.heap.frozen_at is None and self.heap.started(self.runner.read_once(), len(self.engine.buffer)):
+            log.debug("start-up read over: froze %d objects out of the collector's passes", gc.get_freeze_count())
         saved = self.state.saved_series(now, self.engine.state.active_pairs())
         self.evaluate_with([*self.engine.runs.tick(now), *saved], now)  # runs that stalled; alertd.state.saved
 

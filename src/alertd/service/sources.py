@@ -98,6 +98,13 @@ class SourceRunner:
         self.sources = {s.name: build_source(s) for s in configs}
         self.health = {name: SourceHealth(name, src.interval) for name, src in self.sources.items()}
 
+    def read_once(self) -> bool:
+        """Whether every source has been polled and its samples taken, with no file left half read (the start-up
+        read is over)."""
+        if any(h.polls == 0 or h.busy for h in self.health.values()):
+            return False
+        return not any(getattr(source, "behind", False) for source in self.sources.values())
+
     def start(self, scheduler: AsyncIOScheduler) -> None:
         """Watch and schedule every source on `scheduler`."""
         self.scheduler = scheduler
