@@ -16,9 +16,9 @@ train/tokens_per_second, TensorBoard's `EventFileWriter`) and "torch" (1,000,000
   `rolling("300s", closed="left")`), loss_diverging's rolling means (20 samples over the 200 before), each
   compared with its ratio; median of 3.
 
-The goal (issue "Performance"): alertd within 1.5x of the anchor. Nothing is asserted on timings; the number of
-firing transitions of loss_spike is checked against pandas' own count of the samples it would judge true
-(the same alert, the same numbers).
+The goal (issue "Performance"): alertd within 1.5x of the anchor. Nothing is asserted on timings (the results
+of the running windows are the from-scratch ones: tests/core/test_spike_median.py, test_window_conditions.py,
+test_judge_range.py).
 """
 
 from __future__ import annotations
@@ -73,18 +73,16 @@ def series_of(samples: list[Sample]) -> dict[str, tuple[np.ndarray[Any, Any], np
     return {m: (np.asarray(t), np.asarray(v)) for m, (t, v) in by.items()}
 
 
-def pandas_windows(series: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]) -> tuple[float, int]:
-    """What the default rules compute on these series, with pandas: (seconds, loss_spike's true samples)."""
+def pandas_windows(series: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]) -> float:
+    """What the default rules compute on these series, with pandas: seconds."""
     t0 = time.perf_counter()
-    spikes = 0
     for metric, (times, values) in series.items():
         s = pd.Series(values)
         finite = s.where(np.isfinite(values))
         if metric.endswith("loss"):
             _ = s.isna() | np.isinf(values)
             base = finite.rolling(50, min_periods=5).median().shift(1)
-            spike = (finite / base >= 2.0) & (base > 0)
-            spikes = int(spike.sum())
+            _ = (finite / base >= 2.0) & (base > 0)
             zero = finite.rolling(5, min_periods=3).median().shift(1)
             _ = (finite / zero <= 0.001) & (zero > 0)
             recent = finite.rolling(20).mean()
@@ -96,7 +94,7 @@ def pandas_windows(series: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any,
             timed = pd.Series(finite.to_numpy(), index=pd.to_datetime(times, unit="s"))
             base = timed.rolling("300s", closed="left", min_periods=5).median()
             _ = (timed / base <= 0.5) & (base > 0)
-    return time.perf_counter() - t0, spikes
+    return time.perf_counter() - t0
 
 
 def compare(name: str, logdir: str, last_steps: dict[str, int], ruleset: RuleSet) -> None:
@@ -105,12 +103,11 @@ def compare(name: str, logdir: str, last_steps: dict[str, int], ruleset: RuleSet
     for _ in range(ROUNDS):
         total, read, rules, samples = alertd_dry_run(logdir, ruleset)
         runs.append((total, read, rules))
-    fired = sum(1 for t in replay(ruleset, samples) if t.rule == "loss_spike" and t.state.value == "firing")
     series = series_of(samples)
     del samples
     server = min((data_server(logdir, last_steps) for _ in range(ROUNDS)), key=lambda r: r["read"])
     windows = [pandas_windows(series) for _ in range(ROUNDS)]
-    pd_time = statistics.median(w[0] for w in windows)
+    pd_time = statistics.median(windows)
     total = statistics.median(r[0] for r in runs)
     read = statistics.median(r[1] for r in runs)
     rules = statistics.median(r[2] for r in runs)
@@ -119,7 +116,7 @@ def compare(name: str, logdir: str, last_steps: dict[str, int], ruleset: RuleSet
         f"dry-run {name} 1M scalars, rules/default.yaml: alertd {total:.2f} s (read {read:.2f} s + rules "
         f"{rules:.2f} s); anchor {anchor:.2f} s (Rust data server load {server['read']:.2f} s + pandas rolling "
         f"{pd_time:.2f} s): {total / anchor:.1f}x (goal <= {GOAL:g}x); the rules' part beside pandas: "
-        f"{rules / pd_time:.1f}x; loss_spike firing {fired}, pandas' spike samples {windows[0][1]}",
+        f"{rules / pd_time:.1f}x",
         flush=True,
     )
 
