@@ -91,7 +91,7 @@ def run_exec(
             stop_file = own if os.path.isabs(own) else str((directory / DEFAULT_STOP_NAME).absolute())
         amend = (lambda config, path=stop_file: with_exec_stop(config, path)) if stop_file else None
         try:
-            service = Service(paths, console=sys.stderr, exec_mode=True, state=directory, amend=amend)
+            service = Service(paths, console=sys.stderr, exec_mode=True, state=directory, amend=amend, freeze_heap=True)
             break
         except ConfigError as exc:
             for problem in exc.problems:

@@ -7,7 +7,8 @@ webhook. `HeapFreezer` moves the objects alive once the start-up read is over (e
 samples taken, no file left behind) into the permanent generation (`gc.freeze`), after one full collection:
 later passes skip them. At a housekeeping where the number of buffered series has doubled since (1,000 more at
 least) and held still since the previous housekeeping (a logdir that grew), it freezes again: at most a
-logarithmic number of times.
+logarithmic number of times. Only the process's own service does it (`alertd run`, `alertd exec`: the service's
+`freeze_heap`), never one that a library or a test runs inside its own process.
 
 What it costs: a frozen object that becomes part of a reference cycle later is freed only by reference counting,
 never by the collector (most are freed that way: an evicted series' arrays and dicts hold no cycle). The bound

@@ -28,7 +28,7 @@ def run_service(
         log.error("%s", why)
         return 1
     try:
-        service = Service(paths)
+        service = Service(paths, freeze_heap=True)
     except ConfigError as exc:
         for problem in exc.problems:
             log.error("%s", problem)

@@ -63,8 +63,12 @@ class Service:
         console: TextIO | None = None,
         exec_mode: bool = False,
         amend: Callable[[Config], Config] | None = None,
+        freeze_heap: bool = False,
     ) -> None:
         self.paths = list(paths)
+        self.freeze_heap = freeze_heap
+        """Whether to freeze the start-up objects out of the collector's passes (`alertd.service.heap`): the
+        process's own service only (`alertd run`, `alertd exec`), never one a library or a test runs in process."""
         self.amend = amend
         """What the composition adds to the rules files' configuration, at start and at every reload (the
         exec stop: `alertd.service.exec_stop`)."""
@@ -336,7 +340,11 @@ class Service:
         """The evaluation tick: writers, runs that stalled, time-based conditions and group timers."""
         await self.check_writers(self.clock.now())
         now = self.clock.now()
-        if self.heap.frozen_at is None and self.heap.started(self.runner.read_once(), len(self.engine.buffer)):
+        if (
+            self.freeze_heap
+            and self.heap.frozen_at is None
+            and self.heap.started(self.runner.read_once(), len(self.engine.buffer))
+        ):
             log.debug("start-up read over: froze %d objects out of the collector's passes", gc.get_freeze_count())
         saved = self.state.saved_series(now, self.engine.state.active_pairs())
         self.evaluate_with([*self.engine.runs.tick(now), *saved], now)  # runs that stalled; alertd.state.saved
@@ -370,7 +378,7 @@ class Service:
     async def _housekeeping(self) -> None:
         self.engine.buffer.evict_all(self.clock.now())
         self.deliveries.prune()
-        if self.heap.housekeeping(len(self.engine.buffer)):
+        if self.freeze_heap and self.heap.housekeeping(len(self.engine.buffer)):
             log.debug("froze %d long-lived objects out of the collector's passes", gc.get_freeze_count())
 
     def stop(self) -> None:
