@@ -345,7 +345,7 @@ class Service:
             and self.heap.frozen_at is None
             and self.heap.started(self.runner.read_once(), len(self.engine.buffer))
         ):
-            log.debug("start-up read over: froze %d objects out of the collector's passes", gc.get_freeze_count())
+            log.info("start-up read over: %d objects frozen out of the collector's passes", gc.get_freeze_count())
         saved = self.state.saved_series(now, self.engine.state.active_pairs())
         self.evaluate_with([*self.engine.runs.tick(now), *saved], now)  # runs that stalled; alertd.state.saved
 
@@ -379,7 +379,7 @@ class Service:
         self.engine.buffer.evict_all(self.clock.now())
         self.deliveries.prune()
         if self.freeze_heap and self.heap.housekeeping(len(self.engine.buffer)):
-            log.debug("froze %d long-lived objects out of the collector's passes", gc.get_freeze_count())
+            log.info("the series doubled: %d objects frozen out of the collector's passes", gc.get_freeze_count())
 
     def stop(self) -> None:
         """Ask the service to stop (safe to call from a signal handler)."""
