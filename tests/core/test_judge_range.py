@@ -1,5 +1,5 @@
 """Judging a run of new samples at once (`judge_range`: column-wise thresholds and `nonfinite`, running windows
-advanced under one look at their memo) says of every sample what judging it alone (`check`) says: for every
+advanced under one look at their memo, `avg`/`sum`/`count` from exact prefix sums) says of every sample what judging it alone (`check`) says: for every
 condition kind, over values with NaN and infinities, short runs and runs long enough for numpy."""
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ def conditions() -> list[object]:
         Spike(2.0, "up", 5, None, "median", 2),
         Spike(0.5, "down", None, 30.0, "mean", 1),
         WindowAggregate("avg", Span(samples=4), ">", value=1.0),
+        WindowAggregate("avg", Span(samples=3), ">", ratio=1.5, baseline=Span(samples=10)),  # prefix sums past 32
+        WindowAggregate("avg", Span(seconds=15.0), "<=", ratio=0.9, baseline=Span(seconds=30.0), min_samples=2),
+        WindowAggregate("sum", Span(seconds=10.0), ">=", value=3.0),
+        WindowAggregate("count", Span(samples=5), "<", value=4.0, min_samples=0),
         WindowAggregate("quantile", Span(seconds=20.0), ">", ratio=1.2, baseline=Span(seconds=40.0), q=0.9),
         WindowAggregate("stddev", Span(samples=6), "<", value=0.5, min_samples=2),
         ZScore(Span(samples=8), 2.0),

@@ -28,6 +28,9 @@ from alertd.rules.memo import Memo
 Aggregate = Literal["avg", "min", "max", "sum", "count", "stddev", "quantile"]
 AGGREGATES: tuple[str, ...] = ("avg", "min", "max", "sum", "count", "stddev", "quantile")
 _ORDERED = frozenset({"min", "max", "quantile"})
+_PREFIXED = frozenset({"avg", "sum", "count"})
+PREFIX_MIN = 32
+"""New samples from which an `avg`, `sum` or `count` is judged from prefix sums."""
 _SUMS = frozenset({"avg", "sum", "stddev"})
 
 
@@ -86,8 +89,17 @@ class Running:
             self.head += 1
             kept.append(new)
             if out != new:  # the same value leaving and entering changes nothing (NaN != NaN: both, no-ops)
-                self._change(out, -1)
-                self._change(new, 1)
+                ordered = self.ordered
+                if self.sums or ordered is None:
+                    self._change(out, -1)
+                    self._change(new, 1)
+                else:  # sorted values only (min, max, quantile, a median): `_change` inlined, the usual case
+                    if out - out == 0.0:
+                        self.count -= 1
+                        del ordered[bisect_left(ordered, out)]
+                    if new - new == 0.0:
+                        self.count += 1
+                        insort(ordered, new)
             if self.head >= 256 and 2 * self.head >= len(kept):
                 del kept[: self.head]
                 self.head = 0
@@ -188,6 +200,42 @@ def aggregate(kind: str, r: Running, q: float = 0.5) -> float:
     return quantile(r.ordered, q)
 
 
+def prefix_sums(values: array[float], lo: int, hi: int) -> tuple[list[int], list[int], int]:
+    """Prefix sums of the finite values at [lo, hi) as exact integers in units of 2**-scale (the scale the finest
+    needs), prefix counts of them, and that scale."""
+    parts: list[tuple[int, int]] = []  # per value: (numerator, power of two), (0, -1) if not finite
+    scale = 0
+    for v in values[lo:hi]:
+        if v - v != 0.0:
+            parts.append((0, -1))
+            continue
+        n, d = v.as_integer_ratio()
+        k = d.bit_length() - 1
+        parts.append((n, k))
+        if k > scale:
+            scale = k
+    sums, counts = [0], [0]
+    total = count = 0
+    for n, k in parts:
+        if k >= 0:
+            total += n << (scale - k)
+            count += 1
+        sums.append(total)
+        counts.append(count)
+    return sums, counts, scale
+
+
+def _prefixed(kind: str, sums: list[int], counts: list[int], a: int, b: int, scale: int, least: int) -> float | None:
+    """The aggregate of the values [a, b) from the prefix sums (None with fewer than `least` finite values)."""
+    n = counts[b] - counts[a]
+    if n < least:
+        return None
+    if kind == "count":
+        return float(n)
+    total = sums[b] - sums[a]
+    return total / (n << scale) if kind == "avg" else _div(total, 1 << scale)
+
+
 def window_start(series: Series, i: int, span: Span, end: int) -> int | None:
     """The array index where the window of `span` that ends before index `end` starts (the window ends
     at the judged sample `i`'s time for a duration); None when a window of samples is not full yet."""
@@ -244,8 +292,10 @@ class WindowAggregate:
 
     def check_range(self, series: Series, lo: int, hi: int) -> list[int]:
         """The offsets from `lo` of the samples at [lo, hi) where `check` holds: the windows advanced sample by
-        sample under one look at the memo."""
+        sample under one look at the memo; a long run of an `avg`, `sum` or `count` from exact prefix sums."""
         compare, number = self._how[0], self._how[1]
+        if self.kind in _PREFIXED and hi - lo >= PREFIX_MIN:
+            return self._check_prefixed(series, lo, hi)
         out = []
         with self.memo.lock:
             entry = self._entry(series)
@@ -253,6 +303,46 @@ class WindowAggregate:
                 measured = self._measure(entry, series, i)
                 if measured is not None and compare(measured, number):
                     out.append(i - lo)
+        return out
+
+    def _check_prefixed(self, series: Series, lo: int, hi: int) -> list[int]:
+        """`check_range` of an `avg`, `sum` or `count` from prefix sums of the finite values as exact integers (at
+        the scale the finest of them needs): each window's sum and count are two differences, the same exact
+        numbers a `Running` window holds, so the same answers."""
+        compare, number, least, _, bspan = self._how
+        samples, seconds, times, start = self.over.samples, self.over.seconds, series.times, series.start
+        bounds: list[tuple[int, int, int | None] | None] = []
+        first = hi
+        for i in range(lo, hi):
+            if samples is not None:
+                wlo = i + 1 - samples
+                if wlo < start:
+                    bounds.append(None)
+                    continue
+            else:
+                wlo = bisect_right(times, times[i] - seconds, start, i + 1)  # type: ignore[operator]
+            blo = None
+            if bspan is not None:
+                blo = window_start(series, i, bspan, wlo)
+                if blo is None:
+                    bounds.append(None)
+                    continue
+            bounds.append((i, wlo, blo))
+            first = min(first, wlo if blo is None else blo)
+        if first >= hi:
+            return []
+        sums, counts, scale = prefix_sums(series.values, first, hi)
+        kind, out = self.kind, []
+        for bound in bounds:
+            if bound is None:
+                continue
+            i, wlo, blo = bound
+            now = _prefixed(kind, sums, counts, wlo - first, i + 1 - first, scale, least)
+            if now is not None and blo is not None:
+                before = _prefixed(kind, sums, counts, blo - first, wlo - first, scale, least)
+                now = None if before is None else (now / before if before > 0 else None)
+            if now is not None and compare(now, number):
+                out.append(i - lo)
         return out
 
     def _entry(self, series: Series) -> list[Any]:
