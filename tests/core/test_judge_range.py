@@ -1,6 +1,7 @@
 """Judging a run of new samples at once (`judge_range`: column-wise thresholds and `nonfinite`, running windows
-advanced under one look at their memo, `avg`/`sum`/`count` from exact prefix sums) says of every sample what judging it alone (`check`) says: for every
-condition kind, over values with NaN and infinities, short runs and runs long enough for numpy."""
+advanced under one look at their memo, `avg`/`sum`/`count` from exact prefix sums) says of every sample what
+judging it alone (`check`) says: for every condition kind, over values with NaN and infinities, short runs and runs
+long enough for numpy and the prefix sums."""
 
 from __future__ import annotations
 
