@@ -57,6 +57,11 @@ def judge_range(cond: Condition, series: Series, lo: int, hi: int) -> list[int]:
     many = getattr(cond, "check_range", None)
     if many is not None:
         return many(series, lo, hi)  # type: ignore[no-any-return]
+    return _each(cond, series, lo, hi)
+
+
+def _each(cond: Condition, series: Series, lo: int, hi: int) -> list[int]:
+    """`judge_range` one sample at a time."""
     check = cond.check
     return [k for k in range(hi - lo) if check(series, lo + k)]
 
@@ -86,8 +91,7 @@ class Threshold:
     def check_range(self, series: Series, lo: int, hi: int) -> list[int]:
         """`judge_range`: column-wise from `VECTOR_MIN` samples (NaN compares false there too)."""
         if hi - lo < VECTOR_MIN:
-            check = self.check
-            return [k for k in range(hi - lo) if check(series, lo + k)]
+            return _each(self, series, lo, hi)
         op, value = OPS[self.op], self.value
         return _column(series, lo, hi, lambda v: (v == v) & op(v, value))
 
@@ -107,8 +111,7 @@ class Nonfinite:
     def check_range(self, series: Series, lo: int, hi: int) -> list[int]:
         """`judge_range`: column-wise from `VECTOR_MIN` samples."""
         if hi - lo < VECTOR_MIN:
-            check = self.check
-            return [k for k in range(hi - lo) if check(series, lo + k)]
+            return _each(self, series, lo, hi)
         return _column(series, lo, hi, lambda v: ~np.isfinite(v))
 
     def describe(self) -> str:
@@ -189,12 +192,8 @@ class Spike:
 
     def _window(self, series: Series) -> Running:
         """The series' running window (the memo's lock held)."""
-        window = self.memo.get(series)
-        if window is None:
-            median = self.stat == "median"
-            window = Running(not median, False, median)
-            self.memo.put(series, window)
-        return window
+        median = self.stat == "median"
+        return self.memo.entry(series, lambda: Running(not median, False, median))  # type: ignore[no-any-return]
 
     def _baseline(self, window: Running, series: Series, i: int) -> float | None:
         if self.seconds is not None:

@@ -14,6 +14,7 @@ evaluations never advance the same entry at once).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from threading import Lock
 from typing import Any
 
@@ -41,6 +42,14 @@ class Memo:
         if hit is None or hit[0]() is not series.values or hit[1] != series.generation:
             return None
         return hit[2]
+
+    def entry(self, series: Series, make: Callable[[], Any]) -> Any:
+        """The entry kept for this series, or a new one from `make()`, kept (call with the lock held)."""
+        hit = self.get(series)
+        if hit is None:
+            hit = make()
+            self.put(series, hit)
+        return hit
 
     def put(self, series: Series, entry: Any) -> None:
         """Keep `entry` for this series (its values array is held weakly: a dropped series frees it)."""

@@ -89,20 +89,9 @@ class Running:
             self.head += 1
             kept.append(new)
             if out != new:  # the same value leaving and entering changes nothing (NaN != NaN: both, no-ops)
-                ordered = self.ordered
-                if self.sums or ordered is None:
-                    self._change(out, -1)
-                    self._change(new, 1)
-                else:  # sorted values only (min, max, quantile, a median): `_change` inlined, the usual case
-                    if out - out == 0.0:
-                        self.count -= 1
-                        del ordered[bisect_left(ordered, out)]
-                    if new - new == 0.0:
-                        self.count += 1
-                        insort(ordered, new)
-            if self.head >= 256 and 2 * self.head >= len(kept):
-                del kept[: self.head]
-                self.head = 0
+                self._change(out, -1)
+                self._change(new, 1)
+            self._compact()
         elif (
             self.lo < 0
             or plo < self.lo
@@ -129,10 +118,14 @@ class Running:
                 v = values[i]
                 kept.append(v)
                 self._change(v, 1)
-            if self.head >= 256 and 2 * self.head >= len(kept):
-                del kept[: self.head]
-                self.head = 0
+            self._compact()
         self.lo, self.hi = plo, phi
+
+    def _compact(self) -> None:
+        """Drop the copies of the values that left the window, once they are half the copy or more."""
+        if self.head >= 256 and 2 * self.head >= len(self.kept):
+            del self.kept[: self.head]
+            self.head = 0
 
     def _change(self, v: float, sign: int) -> None:
         if v - v != 0.0:  # NaN, ±Inf: left out
@@ -309,34 +302,19 @@ class WindowAggregate:
         """`check_range` of an `avg`, `sum` or `count` from prefix sums of the finite values as exact integers (at
         the scale the finest of them needs): each window's sum and count are two differences, the same exact
         numbers a `Running` window holds, so the same answers."""
-        compare, number, least, _, bspan = self._how
-        samples, seconds, times, start = self.over.samples, self.over.seconds, series.times, series.start
-        bounds: list[tuple[int, int, int | None] | None] = []
+        compare, number, least = self._how[:3]
+        bounds: list[tuple[int, int, int | None]] = []
         first = hi
         for i in range(lo, hi):
-            if samples is not None:
-                wlo = i + 1 - samples
-                if wlo < start:
-                    bounds.append(None)
-                    continue
-            else:
-                wlo = bisect_right(times, times[i] - seconds, start, i + 1)  # type: ignore[operator]
-            blo = None
-            if bspan is not None:
-                blo = window_start(series, i, bspan, wlo)
-                if blo is None:
-                    bounds.append(None)
-                    continue
-            bounds.append((i, wlo, blo))
-            first = min(first, wlo if blo is None else blo)
+            found = self._bounds(series, i)
+            if found is not None:
+                bounds.append((i, *found))
+                first = min(first, found[0] if found[1] is None else found[1])
         if first >= hi:
             return []
         sums, counts, scale = prefix_sums(series.values, first, hi)
         kind, out = self.kind, []
-        for bound in bounds:
-            if bound is None:
-                continue
-            i, wlo, blo = bound
+        for i, wlo, blo in bounds:
             now = _prefixed(kind, sums, counts, wlo - first, i + 1 - first, scale, least)
             if now is not None and blo is not None:
                 before = _prefixed(kind, sums, counts, blo - first, wlo - first, scale, least)
@@ -347,14 +325,11 @@ class WindowAggregate:
 
     def _entry(self, series: Series) -> list[Any]:
         """[the window's Running, the baseline's (or None)] of the series (the memo's lock held)."""
-        entry = self.memo.get(series)
-        if entry is None:
-            entry = [Running(*self._how[3]), None]
-            self.memo.put(series, entry)
-        return entry
+        return self.memo.entry(series, lambda: [Running(*self._how[3]), None])  # type: ignore[no-any-return]
 
-    def _measure(self, entry: list[Any], series: Series, i: int) -> float | None:
-        _, _, least, keep, bspan = self._how
+    def _bounds(self, series: Series, i: int) -> tuple[int, int | None] | None:
+        """Where the window that ends at index `i` starts, and where its baseline does (None without one); None
+        where nothing is judged (a window of samples, or its baseline, not full yet)."""
         samples = self.over.samples
         if samples is not None:
             lo = i + 1 - samples
@@ -362,11 +337,18 @@ class WindowAggregate:
                 return None
         else:
             lo = bisect_right(series.times, series.times[i] - self.over.seconds, series.start, i + 1)  # type: ignore[operator]
-        blo = None
-        if bspan is not None:
-            blo = window_start(series, i, bspan, lo)
-            if blo is None:
-                return None
+        bspan = self._how[4]
+        if bspan is None:
+            return lo, None
+        blo = window_start(series, i, bspan, lo)
+        return None if blo is None else (lo, blo)
+
+    def _measure(self, entry: list[Any], series: Series, i: int) -> float | None:
+        _, _, least, keep, _ = self._how
+        bounds = self._bounds(series, i)
+        if bounds is None:
+            return None
+        lo, blo = bounds
         recent = entry[0]
         recent.move(series, lo, i + 1)
         if recent.count < least:
@@ -441,11 +423,7 @@ class ZScore:
         return abs(z) > self.threshold
 
     def _window(self, series: Series) -> Running:
-        window = self.memo.get(series)
-        if window is None:
-            window = Running(True, True, False)
-            self.memo.put(series, window)
-        return window
+        return self.memo.entry(series, lambda: Running(True, True, False))  # type: ignore[no-any-return]
 
     def _score(self, window: Running, series: Series, i: int) -> float | None:
         v = series.values[i]
