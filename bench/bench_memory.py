@@ -45,6 +45,15 @@ def rss(pid: int) -> int:
     raise SystemExit(f"bench_memory: no VmRSS for pid {pid}")
 
 
+def wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], failed: str) -> None:
+    """Until the process's log holds `text` (5 minutes at most; the process must live meanwhile)."""
+    deadline = time.monotonic() + 300
+    while text not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"bench_memory: {failed}; see {log}")
+        time.sleep(0.2)
+
+
 def alertd_rss(work: Path, logdir: Path, label: str) -> int:
     """alertd's resident bytes once its start-up read is over and it is idle."""
     rules = work / f"rules-{label}.yaml"
@@ -54,11 +63,7 @@ def alertd_rss(work: Path, logdir: Path, label: str) -> int:
     with open(log, "wb") as out:
         proc = subprocess.Popen([*cmd, "--log-format", "json"], stdout=subprocess.DEVNULL, stderr=out)
     try:
-        deadline = time.monotonic() + 300
-        while "start-up read over" not in log.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"bench_memory: alertd did not finish its start-up read; see {log}")
-            time.sleep(0.5)
+        wait_for(log, "start-up read over", proc, "alertd did not finish its start-up read")
         time.sleep(5.0)  # the slices ingested, a tick or two
         return rss(proc.pid)
     finally:
@@ -75,11 +80,7 @@ def server_rss(work: Path, logdir: Path, label: str) -> int:
     with open(log, "wb") as out:
         proc = subprocess.Popen([*args, "--die-after-stdin", "--verbose"], stdin=subprocess.PIPE, stderr=out)
     try:
-        deadline = time.monotonic() + 300
-        while "Finished load cycle" not in log.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"bench_memory: the data server did not finish loading; see {log}")
-            time.sleep(0.2)
+        wait_for(log, "Finished load cycle", proc, "the data server did not finish loading")
         time.sleep(1.0)
         return rss(proc.pid)
     finally:

@@ -16,6 +16,8 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from alertd.integrations.agree import distributed
+
 log = logging.getLogger("alertd.integrations")
 _warned = False
 
@@ -117,8 +119,7 @@ def _all_finite(tensor: Any) -> Any:
 
 def all_ranks_min(flag: Any) -> Any:
     """`flag` (a tensor), all-reduced with MIN over the processes of torch.distributed, if it runs with several."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    dist = distributed()
+    if dist is not None:
         dist.all_reduce(flag, op=dist.ReduceOp.MIN)
     return flag
