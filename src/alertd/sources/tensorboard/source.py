@@ -310,7 +310,7 @@ class TensorBoardSource:
         to the logdir itself (it appeared, or was replaced) is a full poll."""
         with self._lock:
             if self._waiting or self._root not in self._dirs or self._root in paths:
-                return self._read_all()
+                return self._read_all(relist=self._root in paths)
             self._fresh = []
             touched: list[_Tail] = []
             prefix = self._root + os.sep
@@ -324,6 +324,8 @@ class TensorBoardSource:
                     self._relist(path)
                 elif os.path.dirname(path) in self._dirs:
                     self._found(path)
+                else:  # inside directories never reported (made before their watch was in place)
+                    self._relist(self._known_ancestor(path))
             touched += self._fresh
             self._fresh = []
             self._sort()
@@ -331,10 +333,12 @@ class TensorBoardSource:
             self._read_tails(sorted(set(touched), key=lambda t: t.order), out)
             return out
 
-    def _read_all(self) -> list[Sample]:
-        """A full poll (the lock held): find new runs and files, then read every file's new bytes."""
+    def _read_all(self, relist: bool = False) -> list[Sample]:
+        """A full poll (the lock held): find new runs and files, then read every file's new bytes. With
+        `relist`, every directory is listed whatever its mtime says (the logdir was replaced: the new
+        one's mtime, of the clock's coarse grain, may be the old one's)."""
         out: list[Sample] = []
-        if self._discover():
+        if self._discover(relist):
             self._fresh = []
             self._read_tails(self._ordered, out)
         return out
@@ -377,6 +381,13 @@ class TensorBoardSource:
         d = self._dirs[path]
         d.mtime_ns = st.st_mtime_ns
         self._list(d)
+
+    def _known_ancestor(self, path: str) -> str:
+        """The nearest directory above `path` that is known (the logdir at the furthest)."""
+        parent = os.path.dirname(path)
+        while parent not in self._dirs and parent != self._root and len(parent) > len(self._root):
+            parent = os.path.dirname(parent)
+        return parent if parent in self._dirs else self._root
 
     def _found(self, path: str) -> None:
         """A new entry in a known directory: an event file, or a directory to list."""
@@ -474,7 +485,7 @@ class TensorBoardSource:
 
     # discovery
 
-    def _discover(self) -> bool:
+    def _discover(self, relist: bool = False) -> bool:
         try:
             root_st = os.stat(self._root)
         except OSError:
@@ -487,7 +498,7 @@ class TensorBoardSource:
             self._waiting = False
         if self._root not in self._dirs:
             self._add_dir(self._root, root_st)
-        full = self._polls % _FULL_RESCAN_POLLS == 0
+        full = relist or self._polls % _FULL_RESCAN_POLLS == 0
         self._polls += 1
         for d in list(self._dirs.values()):
             if d.path not in self._dirs:
