@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from alertd.buffer import Series, SeriesBuffer
+from alertd.buffer import NO_STEP, Series, SeriesBuffer
 from alertd.model import (
     RUN_ENDED,
     Alert,
@@ -231,29 +231,38 @@ class _Run:
             out.append((name, text))
         return tuple(out)
 
-    def track(self, rule: Rule, series: Series, now: float) -> None:
-        """Step one pair through the series' new samples, then through time up to `now`."""
-        pair = (rule.name, series.key)
+    def track(self, rule: Rule, series: Series, now: float) -> bool:
+        """Step one pair through the series' new samples, then through time up to `now`. Return whether the
+        pair was or is now anything but quiet (pending, firing, timed by `absent`): a quiet pair is neither
+        among the active ones nor timed, so the evaluation's later passes need not look at it."""
+        key = series.key
+        pair = (rule.name, key)
         old = self.tracks.get(pair)
         tr = old.copy() if old is not None else Track()
-        self._rule, self._key = rule, series.key
-        first = series.first_new(tr.generation, tr.position)
-        if tr.generation != series.generation:
+        self._rule, self._key = rule, key
+        if tr.generation == series.generation:
+            first = tr.position if tr.position > series.base else series.base
+        else:
+            first = series.first_new(tr.generation, tr.position)
             tr.streak = 0
-        absent = rule.absent
-        finished_at = self._finished_at(rule, series.key)
-        cond, need, emit, inactive = rule.condition, rule.consecutive, self.emit, AlertState.INACTIVE
+        absent, inactive = rule.absent, AlertState.INACTIVE
+        stirred = absent is not None or tr.state is not inactive
+        finished_at = self._finished_at(rule, key) if stirred else None
+        cond, need, emit = rule.condition, rule.consecutive, self.emit
         times, values = series.times, series.values
-        i, n = series.index(first), len(times)
+        i, n = series.start + first - series.base, len(times)
         if n - i == 1:  # one new sample (the service's tick)
             t = times[i]
-            if absent is not None or tr.state is not inactive:
+            if stirred:
                 advance(rule, tr, t, finished_at, emit, inclusive=False)
-            tr.value, tr.step, tr.time, tr.last_time, tr.clock = values[i], series.step_at(i), t, t, t
+            s = series.steps[i]
+            tr.value, tr.step, tr.time, tr.last_time, tr.clock = values[i], None if s == NO_STEP else s, t, t, t
             tr.streak = tr.streak + 1 if cond.check(series, i) else 0
             if tr.cond or tr.streak >= need:
                 set_condition(rule, tr, tr.streak >= need, t, emit)
         elif i < n:
+            if not stirred:
+                finished_at, stirred = self._finished_at(rule, key), True
             # Judged at once (`judge_range`): the offsets of the samples where the condition holds. While the alert
             # is quiet (inactive, the condition false, no streak, no absence to time), a stretch of samples
             # where it does not hold changes nothing but the last value seen: skipped to its end.
@@ -277,9 +286,16 @@ class _Run:
                     set_condition(rule, tr, tr.streak >= need, t, emit)
                 i += 1
         tr.generation, tr.position = series.generation, series.end
-        self._tracks_w()[pair] = tr
+        (self.tracks if self._own_tracks else self._tracks_w())[pair] = tr  # type: ignore[index]
         self.written.add(pair)
+        if absent is None and tr.state is inactive:  # quiet: nothing to time (`_settle`, its first case)
+            if self.timers and pair in self.timers:
+                del self._timers_w()[pair]
+            return stirred
+        if not stirred:
+            finished_at = self._finished_at(rule, key)
         self._settle(rule, pair, tr, finished_at, now)
+        return True
 
     def join(self, rule: Rule, labels: Labels, metrics: set[str], now: float) -> PairKey | None:
         """Judge the steps of one run that became ready for an expr rule, then step its alert through time
@@ -549,7 +565,8 @@ def _new_samples(run: _Run, now: float) -> set[PairKey]:
                 continue
             emitted = len(run.transitions)
             try:
-                run.track(rule, series, now)
+                if not run.track(rule, series, now):
+                    continue  # quiet before and after: not active, not timed (`_Run.track`)
             except Exception as exc:  # One bad rule must not stop the others.
                 _failed(run, emitted, rule.name, exc, f"series {series.key}")
             touched.add((rule.name, series.key))
