@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import shutil
+import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
@@ -159,3 +162,27 @@ def test_a_resolution_waiting_for_group_interval_survives_reopening_the_outbox(t
     assert [n.status for n in plan.notifications] == ["resolved"]
     assert [r.notification.status for r in box.rows()] == ["firing", "resolved"]
     box.close()
+
+
+def test_a_checkpoint_puts_the_committed_plans_in_the_database_file_itself(tmp_path: Path) -> None:
+    """Commits go to the write-ahead log (no commit on the way to a notification copies it: that is the
+    housekeeping's `checkpoint`, in a worker thread); after a checkpoint the database file alone holds them."""
+    outbox = Outbox(tmp_path / "state")
+    try:
+        outbox.commit_plan([_note(f"k{i}") for i in range(50)], {})
+
+        def copied_rows(name: str) -> int:
+            copy = tmp_path / name
+            copy.mkdir()
+            shutil.copy(tmp_path / "state" / "alertd.db", copy / "alertd.db")  # the file alone, not its -wal
+            with contextlib.closing(sqlite3.connect(copy / "alertd.db")) as db:
+                if not db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'outbox'").fetchone()[0]:
+                    return 0  # not even the tables: everything is in the log
+                return int(db.execute("SELECT count(*) FROM outbox").fetchone()[0])
+
+        assert copied_rows("before") == 0  # still in the log
+        outbox.checkpoint()
+        assert copied_rows("after") == 50
+        assert len(outbox.rows()) == 50
+    finally:
+        outbox.close()

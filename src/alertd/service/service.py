@@ -32,6 +32,7 @@ from alertd.dispatch.silences import SilenceStore
 from alertd.errors import ConfigError
 from alertd.model import Alert, Sample, Transition, TransitionKind
 from alertd.notify.base import Notifier
+from alertd.notify.warm import warm_http
 from alertd.rules.carry import carry_over
 from alertd.rules.evaluate import PairKey, RuleSet
 from alertd.runs.tracker import RunTracker, action_entry
@@ -364,6 +365,7 @@ class Service:
             scheduler.add_job(resend, "interval", args=[name, self.clock], seconds=every, id=f"resend:{name}")
         scheduler.start()
         deliveries = asyncio.create_task(self.deliveries.loop(self._stop), name="deliveries")
+        await warm_http()  # the first notification must not wait for httpx's lazy imports
         self.ready = True
         self.started_at = self.clock.now()
         log.info(
@@ -378,6 +380,7 @@ class Service:
     async def _housekeeping(self) -> None:
         self.engine.buffer.evict_all(self.clock.now())
         self.deliveries.prune()
+        await asyncio.to_thread(self.state.outbox.checkpoint)  # off the loop: no commit waits for it
         if self.freeze_heap and self.heap.housekeeping(len(self.engine.buffer)):
             log.info("the series doubled: %d objects frozen out of the collector's passes", gc.get_freeze_count())
 
