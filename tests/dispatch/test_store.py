@@ -186,3 +186,14 @@ def test_a_checkpoint_puts_the_committed_plans_in_the_database_file_itself(tmp_p
         assert len(outbox.rows()) == 50
     finally:
         outbox.close()
+
+
+def test_a_checkpoint_of_a_database_deleted_meanwhile_creates_nothing(tmp_path: Path) -> None:
+    outbox = Outbox(tmp_path / "state")
+    try:
+        for name in ("alertd.db", "alertd.db-wal", "alertd.db-shm"):
+            (tmp_path / "state" / name).unlink(missing_ok=True)
+        outbox.checkpoint()  # logged at debug level, never raised
+        assert not (tmp_path / "state" / "alertd.db").exists()
+    finally:
+        outbox.close()

@@ -152,7 +152,8 @@ class Outbox:
         if self.unsaved is not None:
             return
         try:
-            db = sqlite3.connect(self.directory / DB_NAME, isolation_level=None, timeout=0)
+            uri = (self.directory / DB_NAME).absolute().as_uri() + "?mode=rw"  # never creates a file that is gone
+            db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=0)
             try:
                 db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             finally:
