@@ -21,6 +21,7 @@ from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from alertd._np import np
 from alertd.buffer import Series
 from alertd.rules.compare import OPS
 from alertd.rules.memo import Memo
@@ -195,7 +196,54 @@ def aggregate(kind: str, r: Running, q: float = 0.5) -> float:
 
 def prefix_sums(values: array[float], lo: int, hi: int) -> tuple[list[int], list[int], int]:
     """Prefix sums of the finite values at [lo, hi) as exact integers in units of 2**-scale (the scale the finest
-    needs), prefix counts of them, and that scale."""
+    needs), prefix counts of them, and that scale. Column-wise where every scaled value and every sum fits in 62
+    bits (everyday values: a loss, a learning rate); else with Python's integers (`prefix_sums_exact`)."""
+    fast = _prefix_sums_column(values, lo, hi)
+    return fast if fast is not None else prefix_sums_exact(values, lo, hi)
+
+
+def _prefix_sums_column(values: array[float], lo: int, hi: int) -> tuple[list[int], list[int], int] | None:
+    """`prefix_sums` with numpy's int64 in two limbs (each scaled value as hi * 2**31 + lo, 0 <= lo < 2**31, each
+    limb summed on its own), or None where a value is 2**62 or more, or the high limbs' sums could need more than
+    62 bits."""
+    v = np.frombuffer(values[lo:hi], dtype=np.float64)  # a copy's view: the buffer may grow meanwhile
+    if not len(v):
+        return [0], [0], 0
+    finite = np.isfinite(v)
+    frac, exp = np.frexp(np.where(finite, v, 0.0))  # v = frac * 2**exp, 0.5 <= |frac| < 1 (0 for 0)
+    mant = (frac * 2.0**53).astype(np.int64)  # exact: a double has 53 significant bits; v = mant * 2**(exp - 53)
+    zero = mant == 0
+    low = np.where(zero, 1, mant & -mant)  # the lowest set bit: as_integer_ratio's reduced fraction
+    strip = np.frexp(low.astype(np.float64))[1] - 1
+    mant >>= strip
+    k = np.where(zero, 0, 53 - exp - strip)  # v = mant * 2**-k
+    whole = k < 0  # an integer with trailing zero bits: as_integer_ratio gives it whole (k = 0)
+    if whole.any():
+        if np.abs(v[whole & finite]).max(initial=0.0) >= 2.0**62:
+            return None  # Python's integers
+        mant = np.where(whole, mant << np.where(whole, -k, 0), mant)
+        k = np.where(whole, 0, k)
+    scale = int(k.max())
+    shift = scale - k  # each scaled value: mant * 2**shift
+    top = np.frexp(np.abs(mant).astype(np.float64))[1] + shift - _LIMB  # bits of the high limb
+    if int(top.max()) + len(v).bit_length() > 62:
+        return None
+    up = shift >= _LIMB
+    high = np.where(up, mant << np.where(up, shift - _LIMB, 0), mant >> np.where(up, 0, _LIMB - shift))
+    rest = np.where(up, 0, (mant << np.where(up, 0, shift)) & (2**_LIMB - 1))  # the low bits survive a wrap
+    high, rest = np.where(finite, high, 0), np.where(finite, rest, 0)
+    his, los = np.cumsum(high).tolist(), np.cumsum(rest).tolist()
+    sums = [0, *((h << _LIMB) + r for h, r in zip(his, los, strict=True))]
+    counts = np.concatenate(([0], np.cumsum(finite))).tolist()
+    return sums, counts, scale
+
+
+_LIMB = 31
+"""Bits of a scaled value's low limb (`_prefix_sums_column`)."""
+
+
+def prefix_sums_exact(values: array[float], lo: int, hi: int) -> tuple[list[int], list[int], int]:
+    """`prefix_sums` with Python's integers, for any doubles."""
     parts: list[tuple[int, int]] = []  # per value: (numerator, power of two), (0, -1) if not finite
     scale = 0
     for v in values[lo:hi]:
