@@ -213,7 +213,7 @@ class Spike:
         latest = seg[width:]
         clean = (bad[width : width + len(latest)] == bad[: len(latest)]) & finite[width:]  # window and latest finite
         base = sliding_medians(seg[:-1], width)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(all="ignore"):  # overflow to inf, as Python's float division gives it
             ratio = latest / base
             hit = clean & (base > 0) & (ratio >= self.ratio if self.direction == "up" else ratio <= self.ratio)
         redo = np.flatnonzero(~clean & finite[width:])  # a finite latest over a window with a non-finite value

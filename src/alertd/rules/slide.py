@@ -31,11 +31,12 @@ def sliding_medians(values: Any, width: int, chunk_values: int = CHUNK_VALUES) -
     mid = width // 2
     step = max(1, chunk_values // width)
     view = np.lib.stride_tricks.sliding_window_view(values, width)
-    for a in range(0, rows, step):
-        b = min(rows, a + step)
-        if width % 2:
-            out[a:b] = np.partition(view[a:b], mid, axis=1)[:, mid]
-        else:
-            part = np.partition(view[a:b], (mid - 1, mid), axis=1)
-            out[a:b] = (part[:, mid - 1] + part[:, mid]) / 2
+    with np.errstate(all="ignore"):  # 1e308 + 1e308 is inf, as in Python, without a warning
+        for a in range(0, rows, step):
+            b = min(rows, a + step)
+            if width % 2:
+                out[a:b] = np.partition(view[a:b], mid, axis=1)[:, mid]
+            else:
+                part = np.partition(view[a:b], (mid - 1, mid), axis=1)
+                out[a:b] = (part[:, mid - 1] + part[:, mid]) / 2
     return out
