@@ -247,10 +247,12 @@ class _Run:
             tr.streak = 0
         absent, inactive = rule.absent, AlertState.INACTIVE
         stirred = absent is not None or tr.state is not inactive
-        finished_at = self._finished_at(rule, key) if stirred else None
-        cond, need, emit = rule.condition, rule.consecutive, self.emit
         times, values = series.times, series.values
         i, n = series.start + first - series.base, len(times)
+        # When the run ended: to time an alert that is not quiet, and in a batch, where one may start midway
+        ended = stirred or n - i > 1
+        finished_at = self._finished_at(rule, key) if ended else None
+        cond, need, emit = rule.condition, rule.consecutive, self.emit
         if n - i == 1:  # one new sample (the service's tick)
             t = times[i]
             if stirred:
@@ -261,8 +263,6 @@ class _Run:
             if tr.cond or tr.streak >= need:
                 set_condition(rule, tr, tr.streak >= need, t, emit)
         elif i < n:
-            if not stirred:
-                finished_at, stirred = self._finished_at(rule, key), True
             # Judged at once (`judge_range`): the offsets of the samples where the condition holds. While the alert
             # is quiet (inactive, the condition false, no streak, no absence to time), a stretch of samples
             # where it does not hold changes nothing but the last value seen: skipped to its end.
@@ -286,16 +286,13 @@ class _Run:
                     set_condition(rule, tr, tr.streak >= need, t, emit)
                 i += 1
         tr.generation, tr.position = series.generation, series.end
-        (self.tracks if self._own_tracks else self._tracks_w())[pair] = tr  # type: ignore[index]
+        self._tracks_w()[pair] = tr
         self.written.add(pair)
-        if absent is None and tr.state is inactive:  # quiet: nothing to time (`_settle`, its first case)
-            if self.timers and pair in self.timers:
-                del self._timers_w()[pair]
-            return stirred
-        if not stirred:
+        quiet = absent is None and tr.state is inactive  # `_settle` then only drops a timer left over
+        if not ended and not quiet:
             finished_at = self._finished_at(rule, key)
         self._settle(rule, pair, tr, finished_at, now)
-        return True
+        return stirred or not quiet
 
     def join(self, rule: Rule, labels: Labels, metrics: set[str], now: float) -> PairKey | None:
         """Judge the steps of one run that became ready for an expr rule, then step its alert through time
@@ -457,7 +454,7 @@ class _Run:
         self, rule: Rule, pair: PairKey, tr: Track, finished_at: float | None, now: float, inclusive: bool = True
     ) -> None:
         if rule.absent is None and tr.state is AlertState.INACTIVE:
-            if pair in self.timers:
+            if self.timers and pair in self.timers:  # none at all, the usual: no hash of the pair
                 del self._timers_w()[pair]
             return
         advance(rule, tr, now, finished_at, self.emit, inclusive=inclusive)

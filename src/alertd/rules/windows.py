@@ -210,7 +210,7 @@ def _prefix_sums_column(values: array[float], lo: int, hi: int) -> tuple[list[in
     if not len(v):
         return [0], [0], 0
     finite = np.isfinite(v)
-    frac, exp = np.frexp(np.where(finite, v, 0.0))  # v = frac * 2**exp, 0.5 <= |frac| < 1 (0 for 0)
+    frac, exp = np.frexp(np.where(finite, v, 0.0))  # v = frac * 2**exp; a non-finite one as 0: both limbs 0
     mant = (frac * 2.0**53).astype(np.int64)  # exact: a double has 53 significant bits; v = mant * 2**(exp - 53)
     zero = mant == 0
     low = np.where(zero, 1, mant & -mant)  # the lowest set bit: as_integer_ratio's reduced fraction
@@ -219,7 +219,7 @@ def _prefix_sums_column(values: array[float], lo: int, hi: int) -> tuple[list[in
     k = np.where(zero, 0, 53 - exp - strip)  # v = mant * 2**-k
     whole = k < 0  # an integer with trailing zero bits: as_integer_ratio gives it whole (k = 0)
     if whole.any():
-        if np.abs(v[whole & finite]).max(initial=0.0) >= 2.0**62:
+        if np.abs(v[whole]).max() >= 2.0**62:  # `whole` only where the value is finite and not 0
             return None  # Python's integers
         mant = np.where(whole, mant << np.where(whole, -k, 0), mant)
         k = np.where(whole, 0, k)
@@ -231,7 +231,6 @@ def _prefix_sums_column(values: array[float], lo: int, hi: int) -> tuple[list[in
     up = shift >= _LIMB
     high = np.where(up, mant << np.where(up, shift - _LIMB, 0), mant >> np.where(up, 0, _LIMB - shift))
     rest = np.where(up, 0, (mant << np.where(up, 0, shift)) & (2**_LIMB - 1))  # the low bits survive a wrap
-    high, rest = np.where(finite, high, 0), np.where(finite, rest, 0)
     his, los = np.cumsum(high).tolist(), np.cumsum(rest).tolist()
     sums = [0, *((h << _LIMB) + r for h, r in zip(his, los, strict=True))]
     counts = np.concatenate(([0], np.cumsum(finite))).tolist()

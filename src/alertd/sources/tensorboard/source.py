@@ -385,7 +385,7 @@ class TensorBoardSource:
     def _known_ancestor(self, path: str) -> str:
         """The nearest directory above `path` that is known (the logdir at the furthest)."""
         parent = os.path.dirname(path)
-        while parent not in self._dirs and parent != self._root and len(parent) > len(self._root):
+        while parent not in self._dirs and len(parent) > len(self._root):
             parent = os.path.dirname(parent)
         return parent if parent in self._dirs else self._root
 
