@@ -31,6 +31,17 @@ def test_the_sliding_medians_are_statistics_median_of_each_window(values: list[f
     assert got == want  # bit for bit (1e300 + 1e300 overflows alike: inf / 2)
 
 
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(finite_st, min_size=1, max_size=120), width=st.integers(1, 16), skip=st.integers(0, 5))
+def test_the_windows_of_a_slice_or_a_strided_run_are_its_own(values: list[float], width: int, skip: int) -> None:
+    whole = np.array([7.0] * skip + values + [-7.0] * skip, dtype=np.float64)
+    inner = whole[skip : skip + len(values)]  # a view that starts inside its buffer
+    want = [statistics.median(values[k : k + width]) for k in range(len(values) - width + 1)]
+    assert sliding_medians(inner, width).tolist() == want
+    doubled = np.repeat(np.array(values, dtype=np.float64), 2)[::2]  # not contiguous: numpy's own view
+    assert sliding_medians(doubled, width).tolist() == want
+
+
 value_st = st.one_of(finite_st, st.sampled_from([math.nan, math.inf, -math.inf]), finite_st, finite_st)
 
 
