@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from alertd._np import np
 from alertd.buffer import Series
+from alertd.rules.bounded import window_verdicts
 from alertd.rules.compare import OPS
 from alertd.rules.memo import Memo
 
@@ -346,29 +347,61 @@ class WindowAggregate:
         return out
 
     def _check_prefixed(self, series: Series, lo: int, hi: int) -> list[int]:
-        """`check_range` of an `avg`, `sum` or `count` from prefix sums of the finite values as exact integers (at
-        the scale the finest of them needs): each window's sum and count are two differences, the same exact
-        numbers a `Running` window holds, so the same answers."""
+        """`check_range` of an `avg`, `sum` or `count`: decided column-wise from float sums where their error bounds
+        settle it (`rules/bounded.py`); the rest from prefix sums of the finite values as exact integers (at the
+        scale the finest of them needs): each window's sum and count are two differences, the same exact numbers a
+        `Running` window holds, so the same answers."""
         compare, number, least = self._how[:3]
-        bounds: list[tuple[int, int, int | None]] = []
-        first = hi
-        for i in range(lo, hi):
-            found = self._bounds(series, i)
-            if found is not None:
-                bounds.append((i, *found))
-                first = min(first, found[0] if found[1] is None else found[1])
-        if first >= hi:
+        judged, starts, bstarts = self._bounds_column(series, lo, hi)
+        if not len(judged):
             return []
+        first = int(starts.min() if bstarts is None else bstarts.min())
+        run = np.frombuffer(series.values[first:hi], dtype=np.float64)  # a copy's view: the buffer may grow
+        ends = judged + 1 - first
+        hit, sure = window_verdicts(
+            self.kind,
+            self.op,
+            number,
+            least,
+            run,
+            (starts - first, ends),
+            None if bstarts is None else (bstarts - first, starts - first),
+        )
+        out = (judged[hit & sure] - lo).tolist()
+        undecided = np.flatnonzero(~sure)
+        if not len(undecided):
+            return out  # type: ignore[no-any-return]
         sums, counts, scale = prefix_sums(series.values, first, hi)
-        kind, out = self.kind, []
-        for i, wlo, blo in bounds:
-            now = _prefixed(kind, sums, counts, wlo - first, i + 1 - first, scale, least)
-            if now is not None and blo is not None:
-                before = _prefixed(kind, sums, counts, blo - first, wlo - first, scale, least)
+        kind = self.kind
+        for k in undecided.tolist():
+            i, wlo = int(judged[k]), int(starts[k]) - first
+            now = _prefixed(kind, sums, counts, wlo, i + 1 - first, scale, least)
+            if now is not None and bstarts is not None:
+                before = _prefixed(kind, sums, counts, int(bstarts[k]) - first, wlo, scale, least)
                 now = None if before is None else (now / before if before > 0 else None)
             if now is not None and compare(now, number):
                 out.append(i - lo)
-        return out
+        return sorted(out)
+
+    def _bounds_column(self, series: Series, lo: int, hi: int) -> tuple[Any, Any, Any]:
+        """(the indices at [lo, hi) judged, their windows' starts, their baselines' starts or None), as int64 arrays:
+        `_bounds` of each sample (column-wise for windows and baselines of samples)."""
+        bspan = self._how[4]
+        samples = self.over.samples
+        if samples is not None and (bspan is None or bspan.samples is not None):
+            judged = np.arange(lo, hi, dtype=np.int64)
+            starts = judged + 1 - samples
+            keep = starts >= series.start
+            bstarts = None
+            if bspan is not None:
+                bstarts = starts - bspan.samples
+                keep &= bstarts >= series.start
+                bstarts = bstarts[keep]
+            return judged[keep], starts[keep], bstarts
+        found = [(i, *b) for i in range(lo, hi) if (b := self._bounds(series, i)) is not None]
+        judged = np.array([f[0] for f in found], dtype=np.int64)
+        starts = np.array([f[1] for f in found], dtype=np.int64)
+        return judged, starts, None if bspan is None else np.array([f[2] for f in found], dtype=np.int64)
 
     def _entry(self, series: Series) -> list[Any]:
         """[the window's Running, the baseline's (or None)] of the series (the memo's lock held)."""
