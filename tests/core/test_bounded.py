@@ -92,3 +92,16 @@ def test_a_mean_the_float_sums_miss_by_an_ulp_is_judged_exactly() -> None:
         got, want = judged(condition, values)
         assert got == want
         assert got == (list(range(9, 1000)) if op == "==" else [])
+
+
+def test_a_long_run_with_cancellation_is_judged_as_the_exact_sums_judge_it() -> None:
+    # large values that cancel: the float prefix sums carry errors far above each window's own sum
+    rnd = np.random.default_rng(11)
+    values = [float(x) for x in rnd.choice([1e12, -1e12, 0.1, 0.2, 1 / 3], size=3000)]
+    for kind, op, number in (("avg", ">", 0.1), ("sum", "<=", 0.3), ("avg", "==", 0.2)):
+        condition = WindowAggregate(kind, Span(samples=4), op, value=number)
+        got, want = judged(condition, values)
+        assert got == want
+    condition = WindowAggregate("avg", Span(samples=5), ">", ratio=1.5, baseline=Span(samples=7))
+    got, want = judged(condition, values)
+    assert got == want and want  # some ratios above 1.5 (a window of 0.2s over one of 0.1s)

@@ -33,8 +33,14 @@ def window_verdicts(
     `values` is the float64 run the windows index; `now` the start and end (exclusive) indices of each sample's
     window, `base` those of its baseline window (None without a baseline); `least` the finite values a window
     needs. `kind` is `avg`, `sum` or `count`, `op` one of `OPS`, `number` the value or the ratio compared."""
+    m = len(values)
     finite = np.isfinite(values)
-    counts = np.concatenate(([0], np.cumsum(finite)))
+    acc = np.zeros((3, m + 1))  # prefix sums of: the finite values' count, the values, their magnitudes
+    acc[0, 1:] = finite
+    np.copyto(acc[1, 1:], values, where=finite)
+    np.abs(acc[1, 1:], out=acc[2, 1:])
+    np.cumsum(acc[:, 1:], axis=1, out=acc[:, 1:])  # the counts are exact (below 2**53)
+    counts, sums, mags = acc
     n_now = counts[now[1]] - counts[now[0]]
     ok = n_now >= least
     n_base = None
@@ -42,30 +48,24 @@ def window_verdicts(
         n_base = counts[base[1]] - counts[base[0]]
         ok &= n_base >= least
     if kind == "count":  # the counts are exact, and so are their float quotients (one rounding, as Python's)
-        with np.errstate(all="ignore"):
-            measured = n_now.astype(np.float64)
-            if n_base is not None:
-                before = n_base.astype(np.float64)
-                ok &= before > 0
-                measured = measured / np.where(before > 0, before, 1.0)
+        measured = n_now
+        if n_base is not None:
+            ok &= n_base > 0
+            measured = n_now / np.where(n_base > 0, n_base, 1.0)
         return ok & _compare(op, measured, number), np.ones(len(ok), dtype=bool)
-    clean = np.where(finite, values, 0.0)
-    sums = np.concatenate(([0.0], np.cumsum(clean)))
-    mags = np.concatenate(([0.0], np.cumsum(np.abs(clean))))
     if not mags[-1] <= _HUGE:  # NaN included: nothing decided
         return np.zeros(len(ok), dtype=bool), np.zeros(len(ok), dtype=bool)
-    slack = (3 * len(values) + 8) * _U
+    slack = (3 * m + 8) * _U
 
     def interval(a: Any, b: Any, n: Any) -> tuple[Any, Any]:
         """Bounds of the exact aggregate of the windows [a, b) (mean or sum), the exact path's rounding included."""
         s = sums[b] - sums[a]
         err = slack * mags[b] + 4 * _U * np.abs(s)
-        lo, hi = s - err, s + err
         if kind == "avg":
-            d = np.maximum(n, 1).astype(np.float64)
-            lo, hi = lo / d, hi / d
-        widen = 4 * _U
-        return lo - np.abs(lo) * widen - _TINY, hi + np.abs(hi) * widen + _TINY
+            d = np.maximum(n, 1.0)
+            s, err = s / d, err / d
+        err += np.abs(s) * (8 * _U) + _TINY  # the division's rounding and the exact path's
+        return s - err, s + err
 
     lo, hi = interval(now[0], now[1], n_now)
     if base is not None:
