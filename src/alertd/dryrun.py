@@ -28,7 +28,12 @@ from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
 from alertd.runs.tracker import RunTracker
 
 CHUNK = 256
-"""Samples fed between two evaluations. Results don't depend on it; memory and speed do."""
+"""Samples fed between two evaluations: memory and speed depend on it. So can a few answers, at the edges where the
+service's own answers depend on how its polls batch the samples: a timer due at the very time of a sample (an absence
+of exactly its length); a run's end marker in the chunk of later samples of the run; a step going back (the samples
+it replaces are dropped unjudged when they share its chunk); a window whose oldest samples the buffer's horizon
+(`max_samples`, `max_age`) evicts before a sample of the chunk is judged; and the order of the transitions one
+evaluation makes. Other samples are judged alike in any chunks (tests/core/test_properties.py)."""
 _TIME = attrgetter("time")
 
 
