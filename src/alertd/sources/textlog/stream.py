@@ -1,14 +1,19 @@
 """One stream of log lines (a file, or a child's output) turned into samples: its series and parse state.
 
 A line with torchrun's rank prefix (`[default1]:`, `[rank1]:`; `alertd.sources.textlog.parse.split_rank`) is
-parsed without it, with its rank's own state, and its samples carry the label `rank`."""
+parsed without it, with its rank's own state, and its samples carry the label `rank`.
+
+`parse` takes a batch of lines: the everyday ones through `alertd.sources.textlog.fast` (a tight loop over the
+batch), the others, and every line of a parser with user patterns or events, through `parse_line`."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from alertd.model import Sample, SeriesKey, make_labels
+from alertd.sources.textlog.fast import parse_batch
 from alertd.sources.textlog.parse import FileState, LineParser, Parsed, split_rank
 
 log = logging.getLogger(__name__)
@@ -21,13 +26,15 @@ MAX_SERIES = 1000
 class LogStream:
     """The labels, series keys and parse state of one log (`name` is how warnings call it)."""
 
-    __slots__ = ("keys", "labels", "lines", "matched", "name", "overflow", "state")
+    __slots__ = ("keys", "known", "labels", "lines", "matched", "name", "overflow", "state")
 
     def __init__(self, name: str, labels: Mapping[str, str]) -> None:
         self.name = name
         self.labels = make_labels(labels)
         self.state = FileState()
         self.keys: dict[str, SeriesKey] = {}
+        self.known: dict[str, Any] = {}
+        """For the fast path (`alertd.sources.textlog.fast`): the series of metric names, and the step keys."""
         self.overflow = False
         self.lines = 0
         """Lines parsed (since this stream began: a restarted service counts again)."""
@@ -49,18 +56,27 @@ class LogStream:
         return key
 
     def parse(self, parser: LineParser, lines: Sequence[str], now: float, out: list[Sample]) -> None:
-        """Append the samples of `lines` to `out`: values, events, and a fatal event's crash."""
-        parse = parser.parse
+        """Append the samples of `lines` to `out`: values, events, and a fatal event's crash.
+
+        With the built-in shapes alone (no user patterns or events), through the fast path
+        (`alertd.sources.textlog.fast`), which gives what `parse_line` gives for each line in turn."""
         self.lines += len(lines)
+        if parser.builtin and not parser.patterns and not parser.events:
+            parse_batch(self, parser, lines, now, out)
+            return
         for line in lines:
-            rank, text = split_rank(line)
-            state = self.state if rank is None else self.state.of_rank(rank)
-            if state is None:  # past MAX_RANKS ranks: parsed as the file's own
-                rank, state = None, self.state
-            p = parse(text, state)
-            if p.values or p.events:
-                self.matched += 1
-                self._samples(p, now, out, state, (("rank", rank),) if rank is not None else ())
+            self.parse_line(parser, line, now, out)
+
+    def parse_line(self, parser: LineParser, line: str, now: float, out: list[Sample]) -> None:
+        """Append the samples of one line to `out`, on its own: the reference the fast path keeps to."""
+        rank, text = split_rank(line)
+        state = self.state if rank is None else self.state.of_rank(rank)
+        if state is None:  # past MAX_RANKS ranks: parsed as the file's own
+            rank, state = None, self.state
+        p = parser.parse(text, state)
+        if p.values or p.events:
+            self.matched += 1
+            self._samples(p, now, out, state, (("rank", rank),) if rank is not None else ())
 
     def _samples(
         self, p: Parsed, now: float, out: list[Sample], state: FileState, extra: tuple[tuple[str, str], ...]

@@ -1,0 +1,252 @@
+"""The batch fast path of `LogStream.parse` against the line by line parse it stands for (the oracle:
+`LogStream.parse_line`, today's `LineParser.parse` for each line): the same samples, events and states."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+from unittest import mock
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from alertd.model import Sample
+from alertd.sources.config import TextEvent, TextPattern
+from alertd.sources.textlog import fast, stream
+from alertd.sources.textlog.parse import _PAIR, FileState, LineParser, event_patterns, value_patterns
+from alertd.sources.textlog.stream import LogStream
+
+NOW = 1_700_000_000.0
+
+KEYS = [
+    "loss", "lr", "grad_norm", "train/loss", "a.b-c", "_x", "v_num", "V_NUM", "epoch", "tokens_per_sec",
+    "step", "Step", "STEP", "global_step", "Global_Step", "iter", "ITER", "iteration", "Iteration", "steps",
+]  # fmt: skip
+NUMBERS = [
+    "0", "3", "-7", "12", "2.5", "1.", ".5", "3e-4", "1E+5", "-0.0", "1e400", "4.0", "4.5", "12345678901234567890123",
+    "4611686018427387904", "nan", "NaN", "-nan", "inf", "-inf", "+inf", "Infinity", "INF", "nan.0", "inf.0",
+]  # fmt: skip
+TIMES = [
+    "2024-05-01 12:00:00,123 ", "2024-05-01T12:00:00.5Z ", "[2024-05-01 12:00:01,250] ", "2024-05-01 12:00:02+02:00 ",
+    "2024-05-01 12:00:03 +0200 ", "2024-05-01 12:00:04.123456789 ", "2024-05-01 12:00:05,1234567890 ",
+    "2024-13-45 99:00:00 ", "2024-05-01 12:00:06 Z: 5 ", "2024-05-01 12:00:07", "2024-05-01 12:00:08loss=1 ",
+    "  2024-05-01 12:00:09 ", "1999-01-01 00:00:00 ",
+]  # fmt: skip
+PROSE = [
+    "INFO", "Epoch 3 took 12.5 seconds", "saved checkpoint 5", "[rank0] iteration 5: data loader took 0.05s",
+    "version=1.2.3 time=12:00:01 url=http://host:8080/x", "gpu_util=45% mem=3.2GB", "a : b", "x=1-y=2",
+    "Epoch 0:  45%|####5     | 45/100 [00:01<00:01, 30.12it/s, v_num=0, train_loss_step=2.310]",
+]  # fmt: skip
+EVENTS = [
+    "Traceback (most recent call last):", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB",
+    "NCCL watchdog: timed out", "Watchdog caught collective operation timeout: WorkNCCL(...)", "Killed",
+    "WARNING: NaN detected in loss=3", "not found: step=2", "RuntimeError: loss=nan while training",
+]  # fmt: skip
+INDENTED = ['  File "train.py", line 3, in <module>', "    loss = f(step=3, lr=0.1)", "\tx=2", "   "]
+EVERYDAY = [
+    "2024-05-01 12:00:01,123 INFO step=10 loss=2.3456 lr=3e-4 grad_norm=1.200",
+    "{'loss': '2.31', 'grad_norm': '1.1', 'learning_rate': '3e-05', 'epoch': '0.12'}",
+    "Step: 11 | loss: 2.5000 | tokens_per_sec: 41234",
+    "[rank0] iteration 11: data loader took 0.05s",
+    "loss=nan lr=3e-4 step=12",  # the step after the values
+    "epoch=0.5 loss=1.5 step=13 lr=2e-4",  # ... and between them
+    "Epoch 0:  45%|####5     | 45/100 [00:01<00:01, 30.12it/s, v_num=0, train_loss_step=2.310]",
+    "2024-05-01T12:00:02.5Z eval_loss: inf",
+    "",
+]
+PREFIXES = ["", "", "", "[default1]:", "[rank2]:", "[3]:", "[default0]:[rank0]:", "[INFO] ", "[x]:", "\r"]
+ANSI = ["\x1b[32m", "\x1b[0m", "\x1b]0;title\x07", "\x1bM"]
+
+
+@st.composite
+def pair(draw: st.DrawFn) -> str:
+    key = draw(st.sampled_from(KEYS))
+    number = draw(st.one_of(st.sampled_from(NUMBERS), st.integers(-3, 10**6).map(str)))
+    shape = draw(st.sampled_from(["{k}={v}", "{k}: {v}", "{k} = {v}", "{k}:{v}", "{k} {v}", "'{k}': '{v}'"]))
+    return shape.format(k=key, v=number)
+
+
+@st.composite
+def structured(draw: st.DrawFn) -> str:
+    """A dict, JSON (nested), or spaced pairs."""
+    kind = draw(st.sampled_from(["hf", "json", "spaced", "many"]))
+    keys = draw(st.lists(st.sampled_from(KEYS), min_size=1, max_size=5))
+    numbers = draw(st.lists(st.sampled_from(NUMBERS), min_size=len(keys), max_size=len(keys)))
+    if kind == "hf":
+        quote = draw(st.sampled_from(["'", ""]))
+        return "{" + ", ".join(f"'{k}': {quote}{v}{quote}" for k, v in zip(keys, numbers, strict=True)) + "}"
+    if kind == "json":
+        inner = ", ".join(
+            f'"{k}": {v if v in ("NaN", "Infinity", "-Infinity") else 1.5}' for k, v in zip(keys, numbers, strict=True)
+        )
+        return '{"step": 3, "eval": {' + inner + '}, "flag": true, "s": "2.5"}'
+    if kind == "spaced":
+        return " ".join(f"{k} {v}" for k, v in zip(keys, numbers, strict=True))
+    return " ".join(f"m{i}={i}" for i in range(draw(st.sampled_from([255, 256, 257, 300]))))
+
+
+@st.composite
+def line(draw: st.DrawFn) -> str:
+    """One line of any shape: prefix, time, then pairs, prose, events, ANSI in any mix."""
+    kind = draw(
+        st.sampled_from(["pairs", "pairs", "pairs", "everyday", "structured", "prose", "event", "indented", ""])
+    )
+    if not kind:
+        return ""
+    if kind == "everyday":
+        return draw(st.sampled_from(EVERYDAY))
+    if kind == "indented":
+        return draw(st.sampled_from(INDENTED))
+    parts = []
+    if draw(st.booleans()):
+        parts.append(draw(st.sampled_from(TIMES)))
+    if kind == "pairs":
+        sep = draw(st.sampled_from([" ", ", ", " | ", "  "]))
+        parts.append(sep.join(draw(st.lists(pair(), min_size=1, max_size=5))))
+    elif kind == "structured":
+        parts.append(draw(st.sampled_from(["", "INFO "])) + draw(structured()))
+    elif kind == "prose":
+        parts.append(draw(st.sampled_from(PROSE)))
+    else:
+        parts.append(draw(st.sampled_from(EVENTS)))
+    if draw(st.integers(0, 9)) == 0:
+        parts.insert(draw(st.integers(0, len(parts))), draw(st.sampled_from(ANSI)))
+    if draw(st.integers(0, 49)) == 0:
+        parts.append(" loss=\u0131nf")  # no number: `_NUM` matches ASCII spellings only
+    return draw(st.sampled_from(PREFIXES)) + "".join(parts)
+
+
+@st.composite
+def batch(draw: st.DrawFn) -> list[str]:
+    """Lines, some repeated (a bar drawn again, a trainer's same line)."""
+    lines = draw(st.lists(line(), min_size=1, max_size=40))
+    for _ in range(draw(st.integers(0, 3))):
+        i = draw(st.integers(0, len(lines) - 1))
+        lines.insert(i, lines[i])
+    return lines
+
+
+USER_PATTERN = TextPattern(regex=r"it (?P<step>\d+) obj (?P<loss>\S+)")
+USER_EVENT = TextEvent(name="diverged", regex=r"(?i)diverg")
+PARSERS = {
+    "default": lambda: LineParser(),
+    "no builtin events": lambda: LineParser(builtin_events=False),
+    "user patterns": lambda: LineParser(patterns=value_patterns([USER_PATTERN])),
+    "user events": lambda: LineParser(events=event_patterns([USER_EVENT])),
+    "no builtin": lambda: LineParser(builtin=False),
+}
+
+
+def state_of(state: FileState) -> Any:
+    """Everything a state holds, NaN comparable."""
+    return (
+        state.counter,
+        state.last_step,
+        state.last_time,
+        state.in_traceback,
+        [(k, comparable(v)) for k, v in state.bar_values],
+        {rank: state_of(s) for rank, s in state.ranks.items()},
+    )
+
+
+def comparable(value: float) -> Any:
+    return "nan" if math.isnan(value) else value
+
+
+def samples_of(out: list[Sample]) -> list[Any]:
+    return [(s.series.metric, s.series.labels, s.time, s.step, comparable(s.value)) for s in out]
+
+
+WARM = " ".join(f"{k}=1" for k in KEYS)
+"""A line of every key: the stream knows them all (a new metric's series is made the line by line way)."""
+
+
+def run_stream(lines: list[str], make: Any, cuts: list[int], by_line: bool, warm: bool = False) -> tuple[Any, ...]:
+    """Parse `lines` (in batches cut at `cuts`) through a fresh stream: line by line (the oracle) or batch by
+    batch; `warm`: after a first line of every key, parsed line by line."""
+    log = LogStream("log", {"source": "tl", "run": "train.log"})
+    parser = make()
+    out: list[Sample] = []
+    error = None
+    if warm:
+        log.parse_line(parser, WARM, NOW, out)
+    bounds = [0, *sorted(set(cuts)), len(lines)]
+    try:
+        for a, b in itertools.pairwise(bounds):
+            if by_line:
+                log.lines += b - a
+                for text in lines[a:b]:
+                    log.parse_line(parser, text, NOW, out)
+            else:
+                log.parse(parser, lines[a:b], NOW, out)
+    except ValueError as exc:
+        error = type(exc)
+    keys = [(name, key.metric, key.labels) for name, key in log.keys.items()]
+    return error, samples_of(out), state_of(log.state), log.lines, log.matched, log.overflow, keys
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    lines=batch(),
+    parser=st.sampled_from(["default", "default", "default", *sorted(PARSERS)]),
+    cuts=st.lists(st.integers(0, 60), max_size=3),
+    window=st.sampled_from([fast.WINDOW, 1, 3, 8]),
+    max_series=st.sampled_from([stream.MAX_SERIES, stream.MAX_SERIES, 2, 5]),
+    warm=st.sampled_from([True, True, False]),
+)
+def test_the_fast_path_gives_what_the_line_by_line_parse_gives(
+    lines: list[str], parser: str, cuts: list[int], window: int, max_series: int, warm: bool
+) -> None:
+    cuts = [c for c in cuts if c <= len(lines)]
+    with mock.patch.object(fast, "WINDOW", window), mock.patch.object(stream, "MAX_SERIES", max_series):
+        expected = run_stream(lines, PARSERS[parser], cuts, by_line=True, warm=warm)
+        got = run_stream(lines, PARSERS[parser], cuts, by_line=False, warm=warm)
+    assert got == expected
+
+
+def test_an_everyday_batch_takes_the_fast_path_and_gives_the_oracle_s_samples() -> None:
+    """After a first sight of its metrics (a new series is made the line by line way), not one line of an
+    everyday batch goes the line by line way; the samples are those of the oracle."""
+    lines = EVERYDAY * 50
+    expected = run_stream(lines, LineParser, [len(EVERYDAY)], by_line=True)
+    log = LogStream("log", {"source": "tl", "run": "train.log"})
+    out: list[Sample] = []
+    log.parse(LineParser(), lines[: len(EVERYDAY)], NOW, out)
+    with mock.patch.object(LogStream, "parse_line", side_effect=AssertionError("the line by line way")) as slow:
+        log.parse(LineParser(), lines[len(EVERYDAY) :], NOW, out)
+    assert slow.call_count == 0
+    keys = [(name, key.metric, key.labels) for name, key in log.keys.items()]
+    assert (None, samples_of(out), state_of(log.state), log.lines, log.matched, log.overflow, keys) == expected
+    assert len(out) == 50 * 16 and {s.step for s in out[-16:]} == {10, 11, 12, 13}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2024-05-01 12:00:00Zloss=1 lr=2",
+        "2024-05-01 12:00:00 Z: 5",
+        "a=1 b:2 c = 3 d: nan.0 x=1-y=2 e=1e5f g/h=.5 http://x:8080 é=3 éa=4 _=5",
+        "" + "k=1 " * 300,
+        "\u0661=2 a\u0661=3 1a=4 .a=5 -a=6 /a=7",
+    ],
+)
+def test_the_fast_pair_pattern_finds_what_the_pair_pattern_finds(text: str) -> None:
+    for pos in range(len(text) + 1):
+        assert fast._PAIR_FAST.findall(text, pos) == _PAIR.findall(text, pos)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([*"ab_Z09.:/-= \t,{}'é\u0661", "nan", "inf", "e5", "x="]), max_size=30).map("".join))
+def test_the_fast_pair_pattern_finds_what_the_pair_pattern_finds_anywhere(text: str) -> None:
+    for pos in range(len(text) + 1):
+        assert fast._PAIR_FAST.findall(text, pos) == _PAIR.findall(text, pos)
+
+
+def test_a_dotless_i_in_inf_is_no_number_and_fails_nothing() -> None:
+    # `re`'s case-insensitive match once took `ınf` (Turkish dotless i) for `inf`, which float() refuses: the
+    # whole poll failed on one such line. Now only ASCII spellings are numbers; the line's other pairs stay.
+    state = FileState()
+    parsed = LineParser().parse("loss=ınf lr=0.1 grad=İnf", state)
+    assert parsed.values == [("lr", 0.1)]
