@@ -51,7 +51,7 @@ MAX_VALUES = 256
 """Values taken from one line at most."""
 
 _ANSI = re.compile(r"\x1b\[[0-?]*+[ -/]*+[@-~]|\x1b\][^\x07\x1b]*+(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
-_NUM = r"[-+]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?|[-+]?(?i:nan|inf(?:inity)?)(?:\.0)?"
+_NUM = r"[-+]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?|[-+]?(?ai:nan|inf(?:inity)?)(?:\.0)?"
 _END = r"(?![\w.:/])"
 _PAIR = re.compile(rf"(?<![\w./-])([A-Za-z_][\w./-]*+)(?:\s*+=|:)\s*+({_NUM}){_END}")
 """`key=value` and `key: value` (no blank before the colon, so `12:00:01` and `a : b` are not pairs)."""
