@@ -7,9 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tqdm import tqdm
 
-from alertd.sources.linetail import LineTail, NotRegularFile
+from alertd.sources.linetail import LineSplitter, LineTail, NotRegularFile
 
 
 def append(path: Path, data: bytes) -> None:
@@ -162,3 +164,36 @@ def test_a_big_backlog_is_read_in_bounded_pieces(tmp_path: Path) -> None:
     tail = LineTail(str(log), max_read=4096)
     lines = tail.read().lines
     assert len(lines) == 20000 and lines[-1] == "step=19999 loss=1.0"
+
+
+_PIECES = st.lists(st.sampled_from(["a", "step=1 loss=2.0", " ", "\t", "ñ", "\n", "\n\n", "x" * 9]), max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(_PIECES.map("".join), min_size=1, max_size=4),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from(["", "\r 10%|#"]),
+)
+def test_lines_without_carriage_returns_are_split_list_wise_as_line_by_line(
+    texts: list[str], bars: bool, skipping: bool, last_bar: str
+) -> None:
+    """`split`'s list-wise way for text with no `\\r` gives the lines, cuts and state of the line by line way
+    (overlong lines at max_line 8, the end of an overlong line being dropped, a bar's last state)."""
+    fast, slow = LineSplitter(bars=bars, max_line=8), LineSplitter(bars=bars, max_line=8)
+    for s in (fast, slow):
+        s._skipping, s._last_bar = skipping, last_bar
+    got: list[str] = []
+    want: list[str] = []
+    for text in texts:
+        text += "\n"  # complete lines, as `split` hands them over
+        fast._plain_lines(text, got)
+        slow._each_line(text, want)
+        assert got == want
+        assert (fast.cut_lines, fast._skipping, fast._last_bar, fast._after_cr) == (
+            slow.cut_lines,
+            slow._skipping,
+            slow._last_bar,
+            slow._after_cr,
+        )

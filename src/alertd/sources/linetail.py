@@ -227,6 +227,14 @@ class LineSplitter:
                 return len(data)
             return 0
         text = data[:end].decode("utf-8", "replace")
+        if "\r" not in text and not self._after_cr:
+            self._plain_lines(text, out)
+        else:
+            self._each_line(text, out)
+        return end
+
+    def _each_line(self, text: str, out: list[str]) -> None:
+        """`split`'s loop over the complete lines of `text`, one at a time."""
         if self.bars and "\r" in text:
             parts = _SEPARATORS.split(text)
             segments, seps = parts[0::2], parts[1::2]
@@ -243,7 +251,29 @@ class LineSplitter:
                     self.cut_lines += 1
                 self._emit(line, out, self._after_cr)
             self._after_cr = i < len(seps) and seps[i] == "\r"
-        return end
+
+    def _plain_lines(self, text: str, out: list[str]) -> None:
+        """`split`'s loop for complete lines with no carriage return (the everyday case), list-wise: the same
+        lines, cuts and state as line by line (tests/sources/test_linetail.py holds the two to each other)."""
+        segments = text.split("\n")
+        if not segments[-1]:
+            segments.pop()
+        if self._skipping and segments:  # the end of an overlong line
+            self._skipping = False
+            del segments[0]
+        if not segments:
+            return
+        if max(map(len, segments)) > self.max_line:
+            cut = self.max_line
+            self.cut_lines += sum(len(s) > cut for s in segments)
+            segments = [s[:cut] if len(s) > cut else s for s in segments]
+        if self.bars:  # a line of white space only is no line; a log line ends a bar's run of redraws
+            kept = [s for s in segments if s and not s.isspace()]
+            if kept:
+                self._last_bar = ""
+        else:
+            kept = [s for s in segments if s]
+        out.extend(kept)
 
     def _emit(self, line: str, out: list[str], bar: bool) -> None:
         text = line.rstrip("\r")

@@ -31,6 +31,7 @@ from typing import Any
 from alertd import progress
 from alertd.model import Sample, encodable
 from alertd.sources.config import TextLogConfig
+from alertd.sources.gcpause import gc_paused
 from alertd.sources.globs import glob_base, matching_files, run_of
 from alertd.sources.linetail import LineTail, NotRegularFile
 from alertd.sources.textlog.parse import FileState, LineParser, event_patterns, value_patterns
@@ -117,8 +118,8 @@ class TextLogSource:
                 f.tail.close()
 
     def read_new(self, now: float) -> list[Sample]:
-        """One poll, synchronously."""
-        with self._lock:
+        """One poll, synchronously (the cyclic collector paused: `alertd.sources.gcpause`)."""
+        with self._lock, gc_paused():
             out: list[Sample] = []
             if progress.active():  # the sizes of all the files up front: a progress bar's total
                 progress.sized_files([*self._files, *matching_files(self.pattern)])
