@@ -63,6 +63,29 @@ def test_rotation_by_rename_reads_the_old_file_to_its_end_then_the_new_one(tmp_p
     assert tail.read().lines == ["step=5 loss=5"]
 
 
+def test_a_long_rest_of_a_rotated_file_is_read_in_bounded_pieces_before_the_new_file(tmp_path: Path) -> None:
+    """Rotated while far behind: the old file's rest is read on in pieces of `max_poll` (`behind`), then the new
+    file from its start; every line once, in order."""
+    log = tmp_path / "train.log"
+    log.write_text("step=0 loss=1.0\n")
+    tail = LineTail(str(log), max_read=1024, max_poll=4096, max_line=256)
+    assert tail.read().lines == ["step=0 loss=1.0"]
+    append(log, "".join(f"step={i} loss=1.0\n" for i in range(1, 2000)).encode())
+    os.rename(log, tmp_path / "train.log.1")
+    log.write_text("step=2000 loss=2.0\n")
+    got, reads, retired = [], 0, []
+    while True:
+        chunk = tail.read()
+        got += chunk.lines
+        reads += 1
+        retired += [chunk.retired] if chunk.retired is not None else []
+        assert sum(len(line) + 1 for line in chunk.lines) <= 4096 + 1024 + len("step=2000 loss=2.0\n")
+        if not tail.behind:
+            break
+    assert got == [f"step={i} loss={2.0 if i == 2000 else 1.0}" for i in range(1, 2001)] and reads > 5
+    assert [r["offset"] for r in retired] == [(tmp_path / "train.log.1").stat().st_size]
+
+
 def test_rotation_by_copy_truncate_starts_over_without_repeating(tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     log.write_text("".join(f"step={i} loss=1\n" for i in range(100)))
@@ -164,6 +187,25 @@ def test_a_big_backlog_is_read_in_bounded_pieces(tmp_path: Path) -> None:
     tail = LineTail(str(log), max_read=4096)
     lines = tail.read().lines
     assert len(lines) == 20000 and lines[-1] == "step=19999 loss=1.0"
+
+
+def test_a_backlog_longer_than_one_read_takes_is_read_on_by_the_next_reads(tmp_path: Path) -> None:
+    """`max_poll` bounds what one `read()` holds (a multi-gigabyte log is not read whole at once); `behind` says
+    there is more, and the next reads go on from there: every line once, in order, none cut."""
+    log = tmp_path / "big.log"
+    want = [f"step={i} loss=1.0" for i in range(20000)]
+    log.write_text("".join(line + "\n" for line in want))
+    tail = LineTail(str(log), max_read=4096, max_poll=65536)
+    first = tail.read().lines
+    assert tail.behind and 65536 <= sum(len(line) + 1 for line in first) <= 65536 + 4096
+    got, reads = list(first), 1
+    while tail.behind:
+        got += tail.read().lines
+        reads += 1
+    size = log.stat().st_size
+    assert got == want and size // (65536 + 4096) <= reads <= -(-size // 65536)
+    append(log, b"step=20000 loss=0.5\n")
+    assert tail.read().lines == ["step=20000 loss=0.5"] and not tail.behind
 
 
 _PIECES = st.lists(st.sampled_from(["a", "step=1 loss=2.0", " ", "\t", "ñ", "\n", "\n\n", "x" * 9]), max_size=12)

@@ -286,7 +286,8 @@ class SourceRunner:
 
         The poll runs as a task of its own: one that has not returned POLL_TIMEOUT after its interval
         counts as a failure (`alertd.source.up` 0, `source_failing`) and is waited for, not started
-        again, at the next polls; its samples are taken when it returns.
+        again, at the next polls; its samples are taken when it returns. A source `behind` after it (a backlog
+        longer than one poll reads: `linetail.MAX_POLL`, TensorBoard's `_MAX_POLL_READ`) is read on at once.
         """
         source, health, state = self.sources[name], self.health[name], self._state()
         now = self.clock.now()
@@ -324,6 +325,8 @@ class SourceRunner:
                 state.ingested(name, bool(samples))  # (done before the last slice, unless a slice failed)
         finally:
             health.busy = False
+        if getattr(source, "behind", False) and self.sources.get(name) is source:
+            self._changed[name] = None  # a backlog longer than one poll reads: the rest now, not at the next poll
         if name in self._changed:
             self._wake(name)
 

@@ -314,6 +314,13 @@ class CsvSource:
             for f in self._files.values():
                 f.tail.close()
 
+    @property
+    def behind(self) -> bool:
+        """Whether a file has bytes the last poll left for the next one (it read `linetail.MAX_POLL` of it): a
+        dry-run polls again until it is False, the service reads on at once."""
+        with self._lock:
+            return any(f.tail.behind for f in self._files.values())
+
     def read_new(self, now: float) -> list[Sample]:
         """One poll, synchronously: match the glob again, then read every file's new rows."""
         with self._lock, gc_paused():

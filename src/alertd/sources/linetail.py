@@ -3,7 +3,8 @@
 - A last line without its terminator is not returned until it is complete. A line longer than
   `max_line` bytes is cut there (the rest of it, up to its end, is dropped and counted).
 - Rotation by rename (`train.log` -> `train.log.1`, a new `train.log`): the open file is read to its
-  end, its unterminated last line included (its writer has moved on), then the new file from its start.
+  end, its unterminated last line included (its writer has moved on), then the new file from its start
+  (a long rest of the old file in pieces of `max_poll`, as any backlog).
 - Rotation by copy-truncate, or any rewrite: the file shrinking below the offset read, its first
   8 KiB changing, or the byte before the offset read no longer ending a line, starts it over from
   byte 0; `Chunk.reset` says so (a CSV reader then skips the rows it has already seen).
@@ -13,7 +14,8 @@
   carriage return began (a bar's state) keeps one `\\r` in front so a parser can tell it from a log line.
 - Only regular files are opened, without blocking (`alertd.sources.fileopen.open_regular`: a FIFO named
   like a log is refused with `NotRegularFile` and reported).
-- A read takes at most `max_read` bytes; `read()` loops until the file is caught up.
+- A read takes at most `max_read` bytes; `read()` loops until the file is caught up or it has taken
+  `max_poll` bytes (then `behind` is True and the next call goes on from there).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ log = logging.getLogger(__name__)
 
 MAX_LINE = 64 << 10
 MAX_READ = 8 << 20
+MAX_POLL = 64 << 20
+"""Bytes one `read()` takes at most (give or take one `MAX_READ`): a longer backlog is read on at the next call
+(`behind` says so), so a poll never holds a whole multi-gigabyte log and its samples at once."""
 HEAD = 8192
 """The file's first bytes are remembered to notice a rewrite that left the file at least as long as
 before (a CSV header widened in place, a log truncated and written again)."""
@@ -53,10 +58,21 @@ class Chunk:
 class LineTail:
     """One file followed by path. Not thread-safe: the owning source serialises calls."""
 
-    def __init__(self, path: str, *, bars: bool = False, max_line: int = MAX_LINE, max_read: int = MAX_READ) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        bars: bool = False,
+        max_line: int = MAX_LINE,
+        max_read: int | None = None,
+        max_poll: int | None = None,
+    ) -> None:
         self.path = path
         self.splitter = LineSplitter(bars=bars, max_line=max_line)
-        self.max_read = max_read
+        self.max_read = MAX_READ if max_read is None else max_read
+        self.max_poll = MAX_POLL if max_poll is None else max_poll
+        self.behind = False
+        """True when the last `read()` stopped at `max_poll` bytes with more of the file to read."""
         self.offset = 0
         self.ident: tuple[int, int] | None = None
         self.head = b""
@@ -90,12 +106,13 @@ class LineTail:
     # reading
 
     def read(self) -> Chunk:
-        """The complete lines written since the last call.
+        """The complete lines written since the last call (of at most about `max_poll` bytes: `behind`).
 
         Raises FileNotFoundError when there is no file (and none open), NotRegularFile for a FIFO or
         device, and OSError when it can't be read; the caller retries at its next poll.
         """
         chunk = Chunk()
+        self.behind = False
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -106,7 +123,9 @@ class LineTail:
             self.close()
             raise not_regular(self.path, st.st_mode)
         if self._file is not None and (st is None or (st.st_dev, st.st_ino) != self.ident):
-            self._drain(chunk)  # rotated by rename (or deleted): finish the old file
+            if not self._drain(chunk):  # rotated by rename (or deleted): finish the old file (its rest next time)
+                self.behind = True
+                return chunk
             chunk.retired = self.cursor()
             if st is None:
                 return chunk
@@ -123,7 +142,12 @@ class LineTail:
             self.splitter.reset()
             chunk.reset = True
         progress.sized(self.path, st.st_size)
+        budget = self.max_poll
         while self.offset < st.st_size:
+            if budget <= 0:  # the rest at the next call
+                self.behind = True
+                self._size = -1
+                return chunk
             data = os.pread(self._fd_or_raise(), min(st.st_size - self.offset, self.max_read), self.offset)
             if not data:
                 break
@@ -131,6 +155,7 @@ class LineTail:
                 self._remember_head(data)
             consumed = self.splitter.split(data, chunk.lines, final=False)
             self.offset += consumed
+            budget -= consumed
             if consumed == 0:
                 break
         self._size, self._mtime = st.st_size, st.st_mtime_ns
@@ -157,17 +182,28 @@ class LineTail:
         self._file, self.ident = file, ident
         self._size, self._mtime = -1, -1
 
-    def _drain(self, chunk: Chunk) -> None:
+    def _drain(self, chunk: Chunk) -> bool:
+        """Read the open (rotated) file on to its end, at most `max_poll` bytes of it: True when it is done (and
+        closed), False when the rest waits for the next call."""
         fd = self._fd_or_raise()
+        budget = self.max_poll
+        size = max(self.max_read, self.splitter.max_line)  # a full read without a line's end is a line to cut
         try:
             while True:
-                data = os.pread(fd, self.max_read, self.offset)
+                if budget <= 0:
+                    return False
+                data = os.pread(fd, size, self.offset)
                 if not data:
                     break
-                self.offset += self.splitter.split(data, chunk.lines, final=len(data) < self.max_read)
-        finally:
+                consumed = self.splitter.split(data, chunk.lines, final=len(data) < size)
+                self.offset += consumed
+                budget -= consumed
+        except BaseException:
             self.close()
+            raise
+        self.close()
         log.info("%s was rotated; now reading the new file", self.path)
+        return True
 
     def _head_matches(self) -> bool:
         if self.offset == 0:

@@ -107,6 +107,13 @@ class TextLogSource:
         text = "; ".join(self.unmatched_text(p, n) for p, n in files[:3])
         return encodable(text + (f"; and {len(files) - 3} more files" if len(files) > 3 else ""))
 
+    @property
+    def behind(self) -> bool:
+        """Whether a file has bytes the last poll left for the next one (it read `linetail.MAX_POLL` of it): a
+        dry-run polls again until it is False, the service reads on at once."""
+        with self._lock:
+            return any(f.tail.behind for f in self._files.values())
+
     async def poll(self, now: float) -> Sequence[Sample]:
         """The samples of the lines written since the previous poll (file I/O in a worker thread)."""
         return await asyncio.to_thread(self.read_new, now)
