@@ -79,13 +79,14 @@ class Runs(threading.Thread):
             f.close()
 
 
-def _flap(receiver: Receiver, until: float) -> None:
-    while time.monotonic() < until:
+def _flap(receiver: Receiver, stop: threading.Event) -> None:
+    """Every third request 503 for 30 s, then down for 10 s, until `stop` (then it leaves the receiver be)."""
+    while not stop.is_set():
         receiver.recorder.fail_every = 3
-        time.sleep(30)
+        if stop.wait(30):
+            return
         receiver.recorder.fail_every = 1  # down: every request 503
-        time.sleep(10)
-    receiver.recorder.fail_every = 3
+        stop.wait(10)
 
 
 def main() -> None:
@@ -101,7 +102,9 @@ def main() -> None:
         end = start + SECONDS
         writers = Runs(logs, end)
         writers.start()
-        threading.Thread(target=_flap, args=(receiver, end), daemon=True).start()
+        stop_flapping = threading.Event()
+        flapper = threading.Thread(target=_flap, args=(receiver, stop_flapping), daemon=True)
+        flapper.start()
         alertd = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         time.sleep(10)
         rss_start = _rss_mib(alertd.pid)
@@ -116,6 +119,8 @@ def main() -> None:
             alertd = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         writers.join()
         due = 2 * writers.episodes
+        stop_flapping.set()
+        flapper.join()  # (it used to wake after this point and take the receiver down again for the drain)
         receiver.recorder.fail_every = 0
         deadline = time.monotonic() + 330  # a row's backoff is capped at 5 minutes
         while len(receiver.recorder.keys_by_content()) < due and time.monotonic() < deadline:
