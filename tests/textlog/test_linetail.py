@@ -79,7 +79,7 @@ def test_a_long_rest_of_a_rotated_file_is_read_in_bounded_pieces_before_the_new_
         got += chunk.lines
         reads += 1
         retired += [chunk.retired] if chunk.retired is not None else []
-        assert sum(len(line) + 1 for line in chunk.lines) <= 4096 + 1024 + len("step=2000 loss=2.0\n")
+        assert sum(len(line) + 1 for line in chunk.lines) <= 4096 + 1024  # the old file's rest and the new one's
         if not tail.behind:
             break
     assert got == [f"step={i} loss={2.0 if i == 2000 else 1.0}" for i in range(1, 2001)] and reads > 5

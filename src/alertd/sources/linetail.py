@@ -122,10 +122,13 @@ class LineTail:
         if st is not None and not stat.S_ISREG(st.st_mode):
             self.close()
             raise not_regular(self.path, st.st_mode)
+        budget = self.max_poll
         if self._file is not None and (st is None or (st.st_dev, st.st_ino) != self.ident):
-            if not self._drain(chunk):  # rotated by rename (or deleted): finish the old file (its rest next time)
+            left = self._drain(chunk, budget)  # rotated by rename (or deleted): finish the old file
+            if left is None:  # its rest at the next call
                 self.behind = True
                 return chunk
+            budget = left
             chunk.retired = self.cursor()
             if st is None:
                 return chunk
@@ -142,7 +145,6 @@ class LineTail:
             self.splitter.reset()
             chunk.reset = True
         progress.sized(self.path, st.st_size)
-        budget = self.max_poll
         while self.offset < st.st_size:
             if budget <= 0:  # the rest at the next call
                 self.behind = True
@@ -182,16 +184,15 @@ class LineTail:
         self._file, self.ident = file, ident
         self._size, self._mtime = -1, -1
 
-    def _drain(self, chunk: Chunk) -> bool:
-        """Read the open (rotated) file on to its end, at most `max_poll` bytes of it: True when it is done (and
-        closed), False when the rest waits for the next call."""
+    def _drain(self, chunk: Chunk, budget: int) -> int | None:
+        """Read the open (rotated) file on to its end, at most `budget` bytes of it: the budget left when it is done
+        (and closed), None when the rest waits for the next call."""
         fd = self._fd_or_raise()
-        budget = self.max_poll
         size = max(self.max_read, self.splitter.max_line)  # a full read without a line's end is a line to cut
         try:
             while True:
                 if budget <= 0:
-                    return False
+                    return None
                 data = os.pread(fd, size, self.offset)
                 if not data:
                     break
@@ -203,7 +204,7 @@ class LineTail:
             raise
         self.close()
         log.info("%s was rotated; now reading the new file", self.path)
-        return True
+        return budget
 
     def _head_matches(self) -> bool:
         if self.offset == 0:
@@ -290,7 +291,7 @@ class LineSplitter:
 
     def _plain_lines(self, text: str, out: list[str]) -> None:
         """`split`'s loop for complete lines with no carriage return (the everyday case), list-wise: the same
-        lines, cuts and state as line by line (tests/sources/test_linetail.py holds the two to each other)."""
+        lines, cuts and state as line by line (tests/textlog/test_linetail.py holds the two to each other)."""
         segments = text.split("\n")
         if not segments[-1]:
             segments.pop()
