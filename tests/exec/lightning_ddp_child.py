@@ -60,6 +60,11 @@ def main(outdir: str) -> None:
     )
     trainer.fit(Tiny())
     print(f"rank={trainer.global_rank} stopped at step {trainer.global_step}", flush=True)
+    # Lightning leaves the process group up after `fit`; left to the interpreter's exit, Gloo's threads may be
+    # torn down while still joinable ("terminate called without an active exception", SIGABRT, now and then).
+    # A training script shuts it down itself, as torch's own docs ask.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
