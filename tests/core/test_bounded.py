@@ -105,3 +105,13 @@ def test_a_long_run_with_cancellation_is_judged_as_the_exact_sums_judge_it() -> 
     condition = WindowAggregate("avg", Span(samples=5), ">", ratio=1.5, baseline=Span(samples=7))
     got, want = judged(condition, values)
     assert got == want and want  # some ratios above 1.5 (a window of 0.2s over one of 0.1s)
+
+
+def test_a_ratio_beyond_the_doubles_is_left_to_the_exact_path_without_a_warning() -> None:
+    # hypothesis found it: 1e300 over a baseline of 1e-204 overflows the float bounds' division (a RuntimeWarning,
+    # an error under the test settings); such a sample is not decided by the bounds, and the exact path holds it
+    values = [0.0] * 38 + [9.74141094e-205, 1e300]
+    for op in (">", "<"):
+        condition = WindowAggregate("avg", Span(samples=1), op, ratio=1.5, baseline=Span(samples=1))
+        got, want = judged(condition, values)
+        assert got == want == ([39] if op == ">" else [])

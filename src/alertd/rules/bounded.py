@@ -77,11 +77,14 @@ def window_verdicts(
         not_positive = b_hi <= 0.0  # the baseline's rounded aggregate is <= 0 for sure: nothing judged
         safe_lo = np.where(positive, b_lo, 1.0)
         safe_hi = np.where(positive, b_hi, 1.0)
-        r_lo = np.where(lo >= 0, lo / safe_hi, lo / safe_lo)
-        r_hi = np.where(hi >= 0, hi / safe_lo, hi / safe_hi)
-        widen = 8 * _U
-        lo = r_lo - np.abs(r_lo) * widen - _TINY
-        hi = r_hi + np.abs(r_hi) * widen + _TINY
+        # a quotient beyond the doubles is an infinity of the right sign (a bound still); inf - inf is NaN, which
+        # decides nothing: such a sample is left to the exact path
+        with np.errstate(over="ignore", invalid="ignore"):
+            r_lo = np.where(lo >= 0, lo / safe_hi, lo / safe_lo)
+            r_hi = np.where(hi >= 0, hi / safe_lo, hi / safe_hi)
+            widen = 8 * _U
+            lo = r_lo - np.abs(r_lo) * widen - _TINY
+            hi = r_hi + np.abs(r_hi) * widen + _TINY
         above, below = positive & (lo > number), positive & (hi < number)
         sure = ~ok | not_positive | above | below
     else:
