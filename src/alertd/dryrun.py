@@ -10,7 +10,9 @@ import json
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from operator import attrgetter
+from typing import Any
 
 from alertd._np import np
 from alertd.buffer import MAX_TIME, BufferLimits, SeriesBuffer
@@ -24,16 +26,10 @@ from alertd.model import (
     make_labels,
     shown_annotations,
 )
+from alertd.replay_chunks import pieces
 from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
 from alertd.runs.tracker import RunTracker
 
-CHUNK = 256
-"""Samples fed between two evaluations: memory and speed depend on it. So can a few answers, at the edges where the
-service's own answers depend on how its polls batch the samples: a timer due at the very time of a sample (an absence
-of exactly its length); a run's end marker in the chunk of later samples of the run; a step going back (the samples
-it replaces are dropped unjudged when they share its chunk); a window whose oldest samples the buffer's horizon
-(`max_samples`, `max_age`) evicts before a sample of the chunk is judged; and the order of the transitions one
-evaluation makes. Other samples are judged alike in any chunks (tests/core/test_properties.py)."""
 _TIME = attrgetter("time")
 
 
@@ -103,7 +99,12 @@ def _usable_times(samples: Iterable[Sample], buffer: SeriesBuffer) -> Iterator[S
 
 
 def _in_time_order(samples: Iterable[Sample], buffer: SeriesBuffer, until: float | None) -> list[Sample]:
-    """The usable samples (`_usable_times`) up to `until`, sorted by time (a stable sort).
+    """The usable samples (`_usable_times`) up to `until`, sorted by time (a stable sort)."""
+    return _time_ordered(samples, buffer, until)[0]
+
+
+def _time_ordered(samples: Iterable[Sample], buffer: SeriesBuffer, until: float | None) -> tuple[list[Sample], Any]:
+    """`_in_time_order`, with the samples' times as a float64 numpy array where it had them (else None).
 
     Where every time is usable (the common case) this is done on a column of the times: the same
     samples in the same order as the sample-by-sample way, which any other input takes."""
@@ -114,14 +115,27 @@ def _in_time_order(samples: Iterable[Sample], buffer: SeriesBuffer, until: float
         times = None
     if times is None or not bool(((times > -MAX_TIME) & (times <= MAX_TIME)).all()):
         usable = _usable_times(batch, buffer)
-        return sorted((s for s in usable if until is None or s.time <= until), key=_TIME)
+        return sorted((s for s in usable if until is None or s.time <= until), key=_TIME), None
     if until is not None:
         keep = np.flatnonzero(times <= until)
         if len(keep) < len(batch):
             batch, times = [batch[k] for k in keep.tolist()], times[keep]
     if len(times) < 2 or bool((times[1:] >= times[:-1]).all()):
-        return list(batch)
-    return [batch[k] for k in np.argsort(times, kind="stable").tolist()]
+        return list(batch), times
+    order = np.argsort(times, kind="stable")
+    return [batch[k] for k in order.tolist()], times[order]
+
+
+def lookback(ruleset: RuleSet, key: SeriesKey, times: Any) -> int | None:
+    """How many samples before a judged one the rules on `key` read at most (`LooksBack`), given the series'
+    times; None where one of them does not say (an `expr` or `peers` rule, a condition without `lookback`)."""
+    most = 0
+    for rule in ruleset.for_series(key):
+        how = getattr(rule.condition, "lookback", None)
+        if how is None or rule.expr is not None or rule.peers is not None:
+            return None
+        most = max(most, how(times))
+    return most
 
 
 def _merged(samples: list[Sample], derived: list[Sample]) -> list[Sample]:
@@ -141,19 +155,13 @@ def replay(
     `fed(done, total)`, where given, is called before the first sample and after each chunk with the number
     of samples fed so far and the number to feed (a progress bar's; it must not raise)."""
     run = Replay(ruleset, limits or BufferLimits(), stall_after=stall_after)
-    ordered = _in_time_order(samples, run.buffer, until)
-    span = run.limits.max_age / 4
+    ordered, times = _time_ordered(samples, run.buffer, until)
     if fed is not None:
         fed(0, len(ordered))
-    i = 0
-    while i < len(ordered):
-        j = min(i + CHUNK, len(ordered))
-        while j - 1 > i and ordered[j - 1].time - ordered[i].time > span:
-            j -= 1
+    for i, j in pieces(ordered, partial(lookback, ruleset), run.limits, times):
         yield from run.feed(ordered[i:j]).transitions
-        i = j
         if fed is not None:
-            fed(i, len(ordered))
+            fed(j, len(ordered))
     yield from run.end().transitions
     if until is not None:
         yield from run.advance(until).transitions

@@ -21,13 +21,14 @@ from alertd.rules.memo import Memo
 from alertd.rules.peers import Peers
 from alertd.rules.plateau import Plateau
 from alertd.rules.slide import SLIDE_MAX_WIDTH, sliding_medians
-from alertd.rules.windows import AGGREGATES, Running, Span, WindowAggregate, ZScore
+from alertd.rules.windows import AGGREGATES, Running, Span, WindowAggregate, ZScore, seconds_lookback
 
 __all__ = [
     "AGGREGATES",
     "OPS",
     "Absent",
     "Condition",
+    "LooksBack",
     "Nonfinite",
     "Peers",
     "Plateau",
@@ -46,6 +47,15 @@ class Condition(Protocol):
     def check(self, series: Series, i: int) -> bool: ...
 
     def describe(self) -> str: ...
+
+
+class LooksBack(Protocol):
+    """A condition that says how far back its judgement of a sample reads (`lookback`): at most that many of the
+    series' samples before the judged one. `times` are the series' times (ascending, a float64 numpy array), for
+    windows of a duration. A replay feeds a series in pieces small enough that the buffer still holds them all
+    (`alertd.replay_chunks`); a condition without `lookback` is fed in the smallest pieces."""
+
+    def lookback(self, times: Any) -> int: ...
 
 
 VECTOR_MIN = 32
@@ -101,6 +111,10 @@ class Threshold:
         """`> 100`."""
         return f"{self.op} {self.value:g}"
 
+    def lookback(self, times: Any) -> int:
+        """Only the judged sample (`LooksBack`)."""
+        return 0
+
 
 @dataclass(frozen=True, slots=True)
 class Nonfinite:
@@ -119,6 +133,10 @@ class Nonfinite:
     def describe(self) -> str:
         """`nonfinite`."""
         return "nonfinite"
+
+    def lookback(self, times: Any) -> int:
+        """Only the judged sample (`LooksBack`)."""
+        return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +160,10 @@ class Trend:
     def describe(self) -> str:
         """`increasing`."""
         return self.direction + (f" (min_delta {self.min_delta:g})" if self.min_delta else "")
+
+    def lookback(self, times: Any) -> int:
+        """The sample before (`LooksBack`)."""
+        return 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +276,12 @@ class Spike:
         window = f"{self.samples} samples" if self.seconds is None else f"{self.seconds:g}s"
         return f"spike {self.direction} x{self.ratio:g} over the {self.stat} of {window}"
 
+    def lookback(self, times: Any) -> int:
+        """The baseline's window (`LooksBack`)."""
+        if self.seconds is not None:
+            return seconds_lookback(self.seconds, times)
+        return self.samples or 0
+
 
 @dataclass(frozen=True, slots=True)
 class Absent:
@@ -268,3 +296,7 @@ class Absent:
     def describe(self) -> str:
         """`absent for 600s`."""
         return f"absent for {self.seconds:g}s"
+
+    def lookback(self, times: Any) -> int:
+        """None: judged on time, on the newest sample's (`LooksBack`)."""
+        return 0

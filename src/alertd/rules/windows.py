@@ -55,6 +55,22 @@ class Span:
         """`20 samples`, `300s`."""
         return f"{self.samples} samples" if self.samples is not None else f"{self.seconds:g}s"
 
+    def lookback(self, times: Any) -> int:
+        """`lookback` of a window of this span ending at (and holding) a judged sample, or just before it."""
+        if self.samples is not None:
+            return self.samples
+        assert self.seconds is not None
+        return seconds_lookback(self.seconds, times)
+
+
+def seconds_lookback(seconds: float, times: Any) -> int:
+    """The most samples before one sample of a series whose time is within `seconds` of its own (`times`: the
+    series' times, ascending, a float64 numpy array): what a window of that duration may hold before it."""
+    if len(times) == 0:
+        return 0
+    starts = np.searchsorted(times, times - seconds, side="left")
+    return int((np.arange(len(times)) - starts).max())
+
 
 class Running:
     """The finite values at the absolute positions [lo, hi) of one series: their count, their exact sum
@@ -453,6 +469,11 @@ class WindowAggregate:
             return f"{head} {self.value:g}"
         return f"{head} {self.ratio:g}x the {self.baseline.describe()} before"
 
+    def lookback(self, times: Any) -> int:
+        """At most how many samples before a judged one its window and baseline read (`Condition`)."""
+        bspan = self._how[4]
+        return self.over.lookback(times) + (0 if bspan is None else bspan.lookback(times))
+
 
 def _after(over: Span, baseline: Span) -> float | None:
     """A duration baseline reaches back from the recent window's start: its length plus the recent one's."""
@@ -521,3 +542,7 @@ class ZScore:
     def describe(self) -> str:
         """`zscore over 100 samples beyond 3 (both)`."""
         return f"zscore over {self.over.describe()} beyond {self.threshold:g} ({self.direction})"
+
+    def lookback(self, times: Any) -> int:
+        """At most how many samples before a judged one its window reads (`Condition`)."""
+        return self.over.lookback(times)

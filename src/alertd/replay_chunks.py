@@ -1,0 +1,126 @@
+"""Where a replay cuts its time-ordered samples into the pieces it feeds between two evaluations.
+
+The service judges samples as its polls bring them, often one at a time; a replay feeds them in pieces (one
+evaluation per piece, not per sample: its speed), and the pieces must not change what the rules see:
+
+- **The buffer's horizon.** A series keeps `max_samples`; a piece holding `k` of its samples leaves the first of
+  them `max_samples - k` samples before it, where one fed alone has `max_samples - 1`. As long as the rules that
+  watch the series read at most `max_samples - k` samples back (their `lookback`: a spike's baseline, a window
+  and its baseline, the sample before for a trend; a duration's: the most samples of this series within it),
+  nothing they read is gone. So a series' share of a piece is at most `max_samples` less its rules' lookback.
+  Where that leaves less than `floor` (a quarter of the buffer, at most `CHUNK`: a window about as long as the
+  buffer, a rule that does not say its lookback, as `expr` and `peers`), the share is `floor`, and the earliest
+  samples of a piece may see a window cut short, as in the service after a poll that brought many samples.
+- **A step going back** (a restart from a checkpoint) drops the samples of its series from that step on. The
+  service has judged them by then; a replay has too, as a piece ends before such a sample (unless that piece
+  would hold fewer than `MIN_PIECE` samples: a series whose steps go back and forth all the time).
+- **Time.** A piece spans at most a quarter of `max_age` (older samples leave the buffer by age).
+
+At most `MAX_PIECE` samples in all go in one piece (one evaluation's work, whatever the number of series).
+
+What pieces may still change, as the service's polls do (tests/core/test_properties.py holds the rest alike in any
+pieces): a timer due at the very time of a sample (an absence of exactly its length); a run's end marker in the
+piece of later samples of the run; the order of the transitions one evaluation makes at one instant.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+from operator import attrgetter
+from typing import Any
+
+from alertd._np import np
+from alertd.buffer import BufferLimits
+from alertd.model import Sample, SeriesKey
+
+CHUNK = 256
+"""A series' share of a piece where its rules' lookback does not allow more (`floor`), at most."""
+MAX_PIECE = 8192
+"""Samples in one piece, at most."""
+MIN_PIECE = 16
+"""A piece is not ended at a step going back before it holds this many samples."""
+Lookback = Callable[[SeriesKey, Any], "int | None"]
+"""How many samples before a judged one the rules on a series read, given its times (None: not known)."""
+_SERIES = attrgetter("series")
+_TIME = attrgetter("time")
+_STEP = attrgetter("step")
+
+
+def floor(limits: BufferLimits) -> int:
+    """A series' share of a piece where its rules allow no more."""
+    return max(1, min(CHUNK, limits.max_samples // 4))
+
+
+def pieces(
+    ordered: Sequence[Sample], lookback: Lookback, limits: BufferLimits, times: Any | None = None
+) -> Iterator[tuple[int, int]]:
+    """The pieces [a, b) of `ordered` (samples in time order), in order, covering it.
+
+    `lookback(key, times)`: how many samples before a judged one the rules on `key` read (None: not known), given
+    the series' times. `times`: the samples' times as a float64 numpy array, where the caller has it."""
+    n = len(ordered)
+    if n == 0:
+        return
+    if times is None:
+        times = np.fromiter(map(_TIME, ordered), np.float64, n)
+    limit, back = _bounds(ordered, lookback, limits, times)
+    span = limits.max_age / 4
+    a, k = 0, 0
+    while a < n:
+        stop = min(n, a + MAX_PIECE)
+        reach = np.minimum.accumulate(limit[a:stop])  # [a, b) may end at b <= reach[b - 1 - a] (each sample's limit)
+        over = np.flatnonzero(np.arange(a + 1, stop + 1) > reach)
+        b = a + int(over[0]) if len(over) else stop
+        late = int(np.searchsorted(times, times[a] + span, side="right"))
+        b = max(a + 1, min(b, late))
+        k = bisect_left(back, a + MIN_PIECE, k)
+        if k < len(back) and back[k] < b:
+            b = back[k]
+        yield a, b
+        a = b
+
+
+def _bounds(ordered: Sequence[Sample], lookback: Lookback, limits: BufferLimits, times: Any) -> tuple[Any, list[int]]:
+    """(per sample p, the index a piece holding p ends at, at most; the indices of the steps going back, in order)."""
+    n = len(ordered)
+    ids = np.frombuffer(array("Q", map(id, map(_SERIES, ordered))), np.uint64)
+    _, first, index = np.unique(ids, return_index=True, return_inverse=True)
+    canon: dict[SeriesKey, int] = {}  # equal keys held by different objects are one series
+    same = np.array([canon.setdefault(ordered[int(f)].series, len(canon)) for f in first], dtype=np.int64)
+    series = same[index.reshape(-1)]
+    order = np.argsort(series, kind="stable")  # the samples of each series together, in time order
+    limit = np.full(n, n, dtype=np.int64)
+    steps = _steps(ordered)
+    back: list[int] = []
+    low = floor(limits)
+    keys = list(canon)
+    for rows in np.split(order, np.flatnonzero(np.diff(series[order])) + 1):
+        need = lookback(keys[int(series[rows[0]])], times[rows])
+        room = limits.max_samples - need if need is not None else 0
+        share = min(limits.max_samples, room) if room >= low else low
+        if len(rows) > share:
+            limit[rows[:-share]] = rows[share:]  # from its first sample in a piece, `share` of the series at most
+        if steps is not None:
+            s = steps[rows]
+            known = s != _NO_STEP
+            s, r = s[known], rows[known]
+            back.extend(r[1:][s[1:] < s[:-1]].tolist())
+    back.sort()
+    return limit, back
+
+
+_NO_STEP = np.iinfo(np.int64).min
+
+
+def _steps(ordered: Sequence[Sample]) -> Any | None:
+    """The samples' steps as int64 (a missing one: the smallest int64), or None where one is not an int."""
+    try:
+        return np.frombuffer(array("q", map(_STEP, ordered)), np.int64)
+    except (TypeError, OverflowError):  # a missing step (None), or not an int64
+        pass
+    try:
+        return np.fromiter((_NO_STEP if s.step is None else s.step for s in ordered), np.int64, len(ordered))
+    except (TypeError, ValueError, OverflowError):
+        return None
