@@ -43,6 +43,9 @@ def conditions() -> list[object]:
         Trend("decreasing", 0.5),
         Spike(2.0, "up", 5, None, "median", 2),
         Spike(0.5, "down", None, 30.0, "mean", 1),
+        Spike(0.5, "down", None, 20.0, "median", 3),
+        Spike(2.0, "up", None, 10.0, "median", 1),
+        Spike(1.5, "up", 70, None, "median", 2),  # wider than the column-wise medians
         WindowAggregate("avg", Span(samples=4), ">", value=1.0),
         WindowAggregate("avg", Span(samples=3), ">", ratio=1.5, baseline=Span(samples=10)),  # prefix sums past 32
         WindowAggregate("avg", Span(seconds=15.0), "<=", ratio=0.9, baseline=Span(seconds=30.0), min_samples=2),

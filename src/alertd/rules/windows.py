@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -106,9 +107,13 @@ class Running:
             out, new = kept[self.head], values[hi - 1]
             self.head += 1
             kept.append(new)
-            if out != new:  # the same value leaving and entering changes nothing (NaN != NaN: both, no-ops)
+            if out == new:  # the same value leaving and entering changes nothing (NaN != NaN: both, no-ops)
+                pass
+            elif self.sums:
                 self._change(out, -1)
                 self._change(new, 1)
+            else:
+                self._order((out,), (new,))
             self._compact()
         elif (
             self.lo < 0
@@ -128,7 +133,7 @@ class Running:
                 v = values[i]
                 kept.append(v)
                 self._change(v, 1)
-        else:
+        elif self.sums:
             for _ in range(plo - self.lo):
                 self._change(kept[self.head], -1)
                 self.head += 1
@@ -137,7 +142,30 @@ class Running:
                 kept.append(v)
                 self._change(v, 1)
             self._compact()
+        else:
+            head = self.head
+            self.head += plo - self.lo
+            entering = values[self.hi - off : hi]
+            kept.extend(entering)
+            self._order(kept[head : self.head], entering)
+            self._compact()
         self.lo, self.hi = plo, phi
+
+    def _order(self, leaving: Iterable[float], entering: Iterable[float]) -> None:
+        """`_change` of each value leaving (-1) and entering (+1), for a window without sums (one loop, no call
+        per value: a median over a fast series' 5 minutes moves at every sample)."""
+        ordered, count = self.ordered, self.count
+        for v in leaving:
+            if v - v == 0.0:
+                count -= 1
+                if ordered is not None:
+                    del ordered[bisect_left(ordered, v)]
+        for v in entering:
+            if v - v == 0.0:
+                count += 1
+                if ordered is not None:
+                    insort(ordered, v)
+        self.count = count
 
     def _compact(self) -> None:
         """Drop the copies of the values that left the window, once they are half the copy or more."""
