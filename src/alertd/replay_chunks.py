@@ -85,19 +85,12 @@ def pieces(
 def _bounds(ordered: Sequence[Sample], lookback: Lookback, limits: BufferLimits, times: Any) -> tuple[Any, list[int]]:
     """(per sample p, the index a piece holding p ends at, at most; the indices of the steps going back, in order)."""
     n = len(ordered)
-    ids = np.frombuffer(array("Q", map(id, map(_SERIES, ordered))), np.uint64)
-    _, first, index = np.unique(ids, return_index=True, return_inverse=True)
-    canon: dict[SeriesKey, int] = {}  # equal keys held by different objects are one series
-    same = np.array([canon.setdefault(ordered[int(f)].series, len(canon)) for f in first], dtype=np.int64)
-    series = same[index.reshape(-1)]
-    order = np.argsort(series, kind="stable")  # the samples of each series together, in time order
     limit = np.full(n, n, dtype=np.int64)
     steps = _steps(ordered)
     back: list[int] = []
     low = floor(limits)
-    keys = list(canon)
-    for rows in np.split(order, np.flatnonzero(np.diff(series[order])) + 1):
-        need = lookback(keys[int(series[rows[0]])], times[rows])
+    for key, rows in _series_rows(ordered).items():
+        need = lookback(key, times[rows])
         room = limits.max_samples - need if need is not None else 0
         share = min(limits.max_samples, room) if room >= low else low
         if len(rows) > share:
@@ -109,6 +102,21 @@ def _bounds(ordered: Sequence[Sample], lookback: Lookback, limits: BufferLimits,
             back.extend(r[1:][s[1:] < s[:-1]].tolist())
     back.sort()
     return limit, back
+
+
+def _series_rows(ordered: Sequence[Sample]) -> dict[SeriesKey, Any]:
+    """Each series' sample indices (ascending, an int64 array); equal keys held by different objects are one
+    series."""
+    ids = np.frombuffer(array("Q", map(id, map(_SERIES, ordered))), np.uint64)
+    if bool((ids == ids[0]).all()):  # one key object: one series (a file of one tag)
+        return {ordered[0].series: np.arange(len(ordered), dtype=np.int64)}
+    _, first, index = np.unique(ids, return_index=True, return_inverse=True)
+    canon: dict[SeriesKey, int] = {}
+    same = np.array([canon.setdefault(ordered[int(f)].series, len(canon)) for f in first], dtype=np.int64)
+    series = same[index.reshape(-1)]
+    order = np.argsort(series, kind="stable")  # the samples of each series together, in time order
+    keys = list(canon)
+    return {keys[int(series[rows[0]])]: rows for rows in np.split(order, np.flatnonzero(np.diff(series[order])) + 1)}
 
 
 _NO_STEP = np.iinfo(np.int64).min
