@@ -9,7 +9,7 @@ evaluation per piece, not per sample: its speed), and the pieces must not change
   and its baseline, the sample before for a trend; a duration's: the most samples of this series within it),
   nothing they read is gone. So a series' share of a piece is at most `max_samples` less its rules' lookback.
   Where that leaves less than `floor` (a quarter of the buffer, at most `CHUNK`: a window about as long as the
-  buffer, a rule that does not say its lookback, as `expr` and `peers`), the share is `floor`, and the earliest
+  buffer, a rule that does not say its lookback, as `expr`, `peers`, `plateau`), the share is `floor`, and the earliest
   samples of a piece may see a window cut short, as in the service after a poll that brought many samples.
 - **A step going back** (a restart from a checkpoint) drops the samples of its series from that step on. The
   service has judged them by then; a replay has too, as a piece ends before such a sample (unless that piece

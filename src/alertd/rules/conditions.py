@@ -53,7 +53,8 @@ class LooksBack(Protocol):
     """A condition that says how far back its judgement of a sample reads (`lookback`): at most that many of the
     series' samples before the judged one. `times` are the series' times (ascending, a float64 numpy array), for
     windows of a duration. A replay feeds a series in pieces small enough that the buffer still holds them all
-    (`alertd.replay_chunks`); a condition without `lookback` is fed in the smallest pieces."""
+    (`alertd.replay_chunks`); a condition without `lookback` (`plateau`, which rebuilds its state from the whole
+    buffer after a restart; `expr`, `peers`) is fed in the smallest pieces."""
 
     def lookback(self, times: Any) -> int: ...
 

@@ -62,7 +62,3 @@ class Plateau:
     def describe(self) -> str:
         """`plateau (mode min, patience 5, min_delta 0.001)`."""
         return f"plateau (mode {self.mode}, patience {self.patience}, min_delta {self.min_delta:g})"
-
-    def lookback(self, times: object) -> int:
-        """None but the sample before: `best` and `wait` are carried from sample to sample (`LooksBack`)."""
-        return 1
