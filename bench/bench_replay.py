@@ -7,8 +7,10 @@ train/tokens_per_second, TensorBoard's `EventFileWriter`) and "torch" (1,000,000
 `SummaryWriter`).
 
 - alertd: what `alertd dry-run --rules rules/default.yaml --source tensorboard:DIR` does, in process: one
-  `TensorBoardSource.read_new()`, then `dryrun.replay` of the samples with the default rules (every rule, the
-  run tracking, the `for:` machines): median of 3, wall clock; its parts (read, rules) are shown too.
+  `TensorBoardSource.read_new()`, the root run named after the directory (`named_root_run`, as the CLI does:
+  the files' events are the logdir's root run), then `dryrun.replay` of the samples with the default rules
+  (every rule, the run tracking, the `for:` machines): median of 3, wall clock; its parts (read, rules) are
+  shown too.
 - anchor: the Rust data server's load of the file (`bench_ingest.data_server`, the best of 3, its start-up left
   out) plus pandas computing what the default rules judge on these series, over the same numbers: per series,
   `isna`/`isinf` (nonfinite), `> 100` (grad_norm_exploding), the spike baselines as rolling medians of the
@@ -41,7 +43,7 @@ import pandas as pd
 from bench_ingest import SCALARS, TAGS, build_four_tag, build_torch, data_server, quick_records
 
 from alertd.config import load_config
-from alertd.dryrun import replay
+from alertd.dryrun import named_root_run, replay
 from alertd.model import Sample
 from alertd.rules.evaluate import RuleSet
 from alertd.sources.config import TensorBoardConfig
@@ -56,6 +58,7 @@ def alertd_dry_run(logdir: str, ruleset: RuleSet) -> tuple[float, float, float, 
     """One dry-run in process: (total, read, rules seconds, the samples read)."""
     t0 = time.perf_counter()
     samples = TensorBoardSource(TensorBoardConfig(name="bench", type="tensorboard", logdir=logdir)).read_new()
+    samples = named_root_run(samples, os.path.basename(os.path.abspath(logdir)))  # as the CLI names the root run
     t1 = time.perf_counter()
     for _ in replay(ruleset, samples):
         pass

@@ -31,6 +31,7 @@ from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
 from alertd.runs.tracker import RunTracker
 
 _TIME = attrgetter("time")
+_SERIES = attrgetter("series")
 
 
 @dataclass
@@ -206,10 +207,11 @@ def named_root_run(samples: list[Sample], name: str) -> list[Sample]:
     logdir's directory name, as the training callbacks name a run: what a dry run shows is a name, never `.`."""
     if not name or name in (".", "..", "/"):
         return samples
-    out = []
-    for s in samples:
-        if s.series.label("run") == ".":
-            labels = make_labels({**dict(s.series.labels), "run": name})
-            s = Sample(SeriesKey(s.series.metric, labels), s.time, s.step, s.value)
-        out.append(s)
-    return out
+    renamed = {  # each series once: one new key for all its samples (None: not the root run's)
+        key: SeriesKey(key.metric, make_labels({**dict(key.labels), "run": name})) if key.label("run") == "." else None
+        for key in dict.fromkeys(map(_SERIES, samples))
+    }
+    if not any(renamed.values()):
+        return samples
+    make = tuple.__new__  # Sample(...) without its keyword handling: a million of them
+    return [s if (key := renamed[s[0]]) is None else make(Sample, (key, s[1], s[2], s[3])) for s in samples]
