@@ -80,9 +80,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from alertd import progress
+from alertd.gcpause import gc_paused
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.config import CsvConfig
-from alertd.sources.gcpause import gc_paused
 from alertd.sources.globs import MAX_FILES, glob_base, matching_files, run_of
 from alertd.sources.limits import Cuts
 from alertd.sources.linetail import HEAD, LineTail

@@ -37,11 +37,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from alertd import progress
+from alertd.gcpause import gc_paused
 from alertd.model import Sample, SeriesKey, encodable, make_labels
 from alertd.runs.writers import WriterClaim
 from alertd.sources.config import TensorBoardConfig
 from alertd.sources.fileopen import NotRegularFile, not_regular, open_regular
-from alertd.sources.gcpause import gc_paused
 from alertd.sources.tensorboard.events import EventDecoder, RunTags, is_event_file, parse_file_name
 from alertd.sources.tensorboard.tfrecord import Corruption, masked_crc32c, scan
 

@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from alertd import progress
+from alertd.gcpause import gc_paused
 from alertd.model import Sample, encodable
 from alertd.sources.config import TextLogConfig
-from alertd.sources.gcpause import gc_paused
 from alertd.sources.globs import glob_base, matching_files, run_of
 from alertd.sources.linetail import LineTail, NotRegularFile
 from alertd.sources.textlog.parse import FileState, LineParser, event_patterns, value_patterns
@@ -125,7 +125,7 @@ class TextLogSource:
                 f.tail.close()
 
     def read_new(self, now: float) -> list[Sample]:
-        """One poll, synchronously (the cyclic collector paused: `alertd.sources.gcpause`)."""
+        """One poll, synchronously (the cyclic collector paused: `alertd.gcpause`)."""
         with self._lock, gc_paused():
             out: list[Sample] = []
             if progress.active():  # the sizes of all the files up front: a progress bar's total

@@ -1,4 +1,4 @@
-"""Pause the cyclic garbage collector while a source builds a large batch of samples."""
+"""Pause the cyclic garbage collector while a source (or a dry run) builds a large batch of samples."""
 
 from __future__ import annotations
 
