@@ -49,8 +49,10 @@ log = logging.getLogger(__name__)
 READ = 65536
 QUIET = 0.5
 """Seconds without output after the child exited before alertd stops reading (the copy goes on)."""
-DRAIN_MAX = 5.0
-"""Seconds alertd reads the child's last output at most after it exited."""
+DRAIN_MAX = 60.0
+"""Seconds alertd reads the child's last output at most after it exited, while more keeps coming: the output it was
+behind on (the copy keeps up to `childtee.LIMIT` of it: seconds of parsing, where a NaN printed last may wait), or
+a grandchild that keeps printing (the copy goes on without alertd after this)."""
 _DEFAULT_SIGNALS = {
     signal.SIGINT,
     signal.SIGTERM,
