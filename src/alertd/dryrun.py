@@ -100,13 +100,9 @@ def _usable_times(samples: Iterable[Sample], buffer: SeriesBuffer) -> Iterator[S
             yield s._replace(time=time)
 
 
-def _in_time_order(samples: Iterable[Sample], buffer: SeriesBuffer, until: float | None) -> list[Sample]:
-    """The usable samples (`_usable_times`) up to `until`, sorted by time (a stable sort)."""
-    return _time_ordered(samples, buffer, until)[0]
-
-
 def _time_ordered(samples: Iterable[Sample], buffer: SeriesBuffer, until: float | None) -> tuple[list[Sample], Any]:
-    """`_in_time_order`, with the samples' times as a float64 numpy array where it had them (else None).
+    """The usable samples (`_usable_times`) up to `until`, sorted by time (a stable sort), and their times as a
+    float64 numpy array where it had them (else None).
 
     Where every time is usable (the common case) this is done on a column of the times: the same
     samples in the same order as the sample-by-sample way, which any other input takes."""
@@ -130,11 +126,11 @@ def _time_ordered(samples: Iterable[Sample], buffer: SeriesBuffer, until: float 
 
 def lookback(ruleset: RuleSet, key: SeriesKey, times: Any) -> int | None:
     """How many samples before a judged one the rules on `key` read at most (`LooksBack`), given the series'
-    times; None where one of them does not say (an `expr` or `peers` rule, a condition without `lookback`)."""
+    times; None where one of them does not say (a condition without `lookback`: `expr`, `peers`, `plateau`)."""
     most = 0
     for rule in ruleset.for_series(key):
         how = getattr(rule.condition, "lookback", None)
-        if how is None or rule.expr is not None or rule.peers is not None:
+        if how is None:
             return None
         most = max(most, how(times))
     return most

@@ -186,8 +186,9 @@ def test_the_time_order_is_the_sorted_usable_samples(times, until) -> None:  # t
         (s for s in dryrun._usable_times(data, SeriesBuffer()) if until is None or s.time <= until),
         key=lambda s: s.time,
     )
-    got = dryrun._in_time_order(data, SeriesBuffer(), until)
+    got, column = dryrun._time_ordered(data, SeriesBuffer(), until)
     assert [(s.series, s.time, s.step) for s in got] == [(s.series, s.time, s.step) for s in expected]
+    assert column is None or column.tolist() == [s.time for s in got]  # the times column, where it has one
     assert [type(s.time) for s in got] == [type(s.time) for s in expected]
 
 

@@ -318,5 +318,5 @@ class Absent:
         return f"absent for {self.seconds:g}s"
 
     def lookback(self, times: Any) -> int:
-        """None: judged on time, on the newest sample's (`LooksBack`)."""
+        """No sample before the newest: an absence is judged on time, from the newest sample's (`LooksBack`)."""
         return 0

@@ -498,7 +498,7 @@ class WindowAggregate:
         return f"{head} {self.ratio:g}x the {self.baseline.describe()} before"
 
     def lookback(self, times: Any) -> int:
-        """At most how many samples before a judged one its window and baseline read (`Condition`)."""
+        """At most how many samples before a judged one its window and baseline read (`LooksBack`)."""
         bspan = self._how[4]
         return self.over.lookback(times) + (0 if bspan is None else bspan.lookback(times))
 
@@ -572,5 +572,5 @@ class ZScore:
         return f"zscore over {self.over.describe()} beyond {self.threshold:g} ({self.direction})"
 
     def lookback(self, times: Any) -> int:
-        """At most how many samples before a judged one its window reads (`Condition`)."""
+        """At most how many samples before a judged one its window reads (`LooksBack`)."""
         return self.over.lookback(times)
