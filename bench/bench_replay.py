@@ -7,7 +7,7 @@ train/tokens_per_second, TensorBoard's `EventFileWriter`) and "torch" (1,000,000
 `SummaryWriter`).
 
 - alertd: what `alertd dry-run --rules rules/default.yaml --source tensorboard:DIR` does, in process: one
-  `TensorBoardSource.read_new()`, the root run named after the directory (`named_root_run`, as the CLI does:
+  `TensorBoardSource.read_new()` with the root run named after the directory (`root_run_name`, as the CLI does:
   the files' events are the logdir's root run), then `dryrun.replay` of the samples with the default rules
   (every rule, the run tracking, the `for:` machines): median of 3, wall clock; its parts (read, rules) are
   shown too.
@@ -43,7 +43,7 @@ import pandas as pd
 from bench_ingest import SCALARS, TAGS, build_four_tag, build_torch, data_server, quick_records
 
 from alertd.config import load_config
-from alertd.dryrun import named_root_run, replay
+from alertd.dryrun import replay, root_run_name
 from alertd.model import Sample
 from alertd.rules.evaluate import RuleSet
 from alertd.sources.config import TensorBoardConfig
@@ -57,8 +57,9 @@ GOAL = 1.5
 def alertd_dry_run(logdir: str, ruleset: RuleSet) -> tuple[float, float, float, list[Sample]]:
     """One dry-run in process: (total, read, rules seconds, the samples read)."""
     t0 = time.perf_counter()
-    samples = TensorBoardSource(TensorBoardConfig(name="bench", type="tensorboard", logdir=logdir)).read_new()
-    samples = named_root_run(samples, os.path.basename(os.path.abspath(logdir)))  # as the CLI names the root run
+    source = TensorBoardSource(TensorBoardConfig(name="bench", type="tensorboard", logdir=logdir))
+    source.root_run = root_run_name(logdir)  # as the CLI names the root run
+    samples = source.read_new()
     t1 = time.perf_counter()
     for _ in replay(ruleset, samples):
         pass

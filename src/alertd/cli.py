@@ -19,7 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from alertd import __version__, progress
 from alertd.config import Config, load_config
-from alertd.dryrun import dumps, named_root_run, replay, transition_text
+from alertd.dryrun import dumps, replay, root_run_name, transition_text
 from alertd.durations import parse_duration
 from alertd.errors import ConfigError, SourceError
 from alertd.model import Sample, Transition
@@ -391,7 +391,7 @@ def _collect(
                     dirs.setdefault(key, where)
             out += got
         elif src.type == "tensorboard":  # a run directory given as the logdir: its run is named, not `.`
-            out += named_root_run(asyncio.run(_poll_all(src, bar)), os.path.basename(os.path.abspath(src.logdir)))
+            out += asyncio.run(_poll_all(src, bar, root_run_name(src.logdir)))
         else:
             out += asyncio.run(_poll_all(src, bar))
         if bar is not None:
@@ -421,8 +421,13 @@ _MAX_POLLS = 100_000
 longer than one poll reads) is polled again until it has read everything there was."""
 
 
-async def _poll_all(cfg: SourceConfig, bar: Progress | None = None) -> list[Sample]:
+async def _poll_all(cfg: SourceConfig, bar: Progress | None = None, root_run: str | None = None) -> list[Sample]:
     source = build_source(cfg)
+    if root_run is not None:
+        from alertd.sources.tensorboard import TensorBoardSource  # here: only a TensorBoard dry-run loads it
+
+        if isinstance(source, TensorBoardSource):
+            source.root_run = root_run
     try:
         out = list(await source.poll(time.time()))
         for _ in range(_MAX_POLLS):

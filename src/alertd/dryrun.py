@@ -7,6 +7,7 @@ Both call the same `evaluate`, so a dry-run answer is what the service would hav
 from __future__ import annotations
 
 import json
+import os
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -16,7 +17,6 @@ from typing import Any
 
 from alertd._np import np
 from alertd.buffer import MAX_TIME, BufferLimits, SeriesBuffer
-from alertd.gcpause import gc_paused
 from alertd.model import (
     Restart,
     Sample,
@@ -24,7 +24,6 @@ from alertd.model import (
     Transition,
     format_time,
     format_value,
-    make_labels,
     shown_annotations,
 )
 from alertd.replay_chunks import pieces
@@ -32,7 +31,6 @@ from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
 from alertd.runs.tracker import RunTracker
 
 _TIME = attrgetter("time")
-_SERIES = attrgetter("series")
 
 
 @dataclass
@@ -199,17 +197,9 @@ def dumps(t: Transition) -> str:
     return json.dumps(transition_json(t), separators=(", ", ": "))
 
 
-def named_root_run(samples: list[Sample], name: str) -> list[Sample]:
-    """The samples with a TensorBoard logdir's root run (`.`: event files right in the logdir) named `name`, the
-    logdir's directory name, as the training callbacks name a run: what a dry run shows is a name, never `.`."""
-    if not name or name in (".", "..", "/"):
-        return samples
-    renamed = {  # each series once: one new key for all its samples (None: not the root run's)
-        key: SeriesKey(key.metric, make_labels({**dict(key.labels), "run": name})) if key.label("run") == "." else None
-        for key in dict.fromkeys(map(_SERIES, samples))
-    }
-    if not any(renamed.values()):
-        return samples
-    make = tuple.__new__  # Sample(...) without its keyword handling: a million of them
-    with gc_paused():  # a million new tuples, none in a cycle: the collector's passes over them are all waste
-        return [s if (key := renamed[s[0]]) is None else make(Sample, (key, s[1], s[2], s[3])) for s in samples]
+def root_run_name(logdir: str) -> str:
+    """The run name a dry-run gives a TensorBoard logdir's root run (its event files right in the logdir, `.` in the
+    service): the logdir's directory name, as the training callbacks name a run, so that what a dry-run shows is a
+    name, never `.`. The source sets it as it reads (`TensorBoardSource.root_run`): no sample is made twice."""
+    name = os.path.basename(os.path.abspath(logdir))
+    return name if name not in ("", ".", "..") else "."

@@ -29,7 +29,7 @@ from alertd.config.merge import _merge
 from alertd.config.validate import _validate
 from alertd.dispatch.plan import PlanState, plan
 from alertd.dispatch.routes import Route
-from alertd.dryrun import named_root_run, replay, transition_json
+from alertd.dryrun import replay, root_run_name, transition_json
 from alertd.errors import ConfigError, NotifyError, Problem, SourceError
 from alertd.integrations.ledger import LEDGER_NAME, ledger_path
 from alertd.integrations.ledger import read as read_ledger
@@ -131,8 +131,7 @@ class DryRunJob:
         extra = {"runs": "all"} if kind == "mlflow" else {}
         fields = {"type": kind, "name": "dry-run", location: path, **extra}
         cfg = TypeAdapter(SourceConfig).validate_python(fields)
-        samples = asyncio.run(_poll_once(cfg))
-        return named_root_run(samples, os.path.basename(os.path.normpath(path))) if kind == "tensorboard" else samples
+        return asyncio.run(_poll_once(cfg, root_run_name(path) if kind == "tensorboard" else None))
 
     def _read_file(self, path: str) -> list[Sample]:
         out: list[Sample] = []
@@ -147,8 +146,13 @@ class DryRunJob:
         return out
 
 
-async def _poll_once(cfg: SourceConfig) -> list[Sample]:
+async def _poll_once(cfg: SourceConfig, root_run: str | None = None) -> list[Sample]:
     source = build_source(cfg)
+    if root_run is not None:
+        from alertd.sources.tensorboard import TensorBoardSource  # here: only a TensorBoard dry-run loads it
+
+        if isinstance(source, TensorBoardSource):
+            source.root_run = root_run
     try:
         out = [_checked(s) for s in await source.poll(time.time())]
         for _ in range(MAX_POLLS):  # a source that reads a bounded amount per poll says it has more

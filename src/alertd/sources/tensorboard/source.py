@@ -264,6 +264,9 @@ class TensorBoardSource:
         self.interval = cfg.interval
         self.logdir = cfg.logdir
         self._root = os.path.abspath(cfg.logdir)
+        self.root_run = "."
+        """The run label of the event files right in the logdir (set before the first read: a dry-run names it after
+        the logdir's directory, `root_run_name`)."""
         self.corrupt_records = 0
         self.restarts: list[tuple[str, int, float]] = []
         self._dirs: dict[str, _Dir] = {}
@@ -559,7 +562,7 @@ class TensorBoardSource:
         rel = os.path.relpath(path, self._root).replace(os.sep, "/")
         if rel in self._tails:
             return
-        run = encodable(os.path.dirname(rel) or ".")  # the run label (a directory's invalid bytes as \xNN), and
+        run = encodable(os.path.dirname(rel) or self.root_run)  # the run label (invalid bytes as \xNN), and
         tags = self._runs.setdefault(run, RunTags())  # the writer claims' run; `rel` keeps the bytes, for the cursor
         tail = _Tail(path, rel, run, self.name, tags, self._restore.pop(rel, (0, 0, 0)))
         self._tails[rel] = tail
