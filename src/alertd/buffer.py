@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alertd._np import np
+from alertd.columns import Columns
 from alertd.model import Restart, Sample, SeriesKey
 
 log = logging.getLogger("alertd.buffer")
@@ -240,13 +241,16 @@ class SeriesBuffer:
         """The series of `key`, or None."""
         return self._series.get(key)
 
-    def append(self, samples: Iterable[Sample], now: float | None = None) -> list[Restart]:
+    def append(
+        self, samples: Iterable[Sample], now: float | None = None, columns: Columns | None = None
+    ) -> list[Restart]:
         """Add samples (each series' samples in order); evict by the limits; return restarts seen.
 
-        `now` is the arrival time (the service's clock); a replay gives none.
+        `now` is the arrival time (the service's clock); a replay gives none, and gives the samples' `columns`
+        (`alertd.columns`: the same samples, row for row), so that a large batch is not taken apart again.
         """
         if isinstance(samples, list) and len(samples) >= _BULK_SMALL:
-            done = self._append_bulk(samples, now)
+            done = self._append_bulk(samples, now, columns)
             if done is not None:
                 return []
         restarts: list[Restart] = []
@@ -302,34 +306,23 @@ class SeriesBuffer:
             self._changed.pop(key, None)  # Re-insert: the dict stays ordered by last change.
             self._changed[key] = self.version
 
-    def _append_bulk(self, samples: list[Sample], now: float | None) -> bool | None:
+    def _append_bulk(self, samples: list[Sample], now: float | None, columns: Columns | None) -> bool | None:
         """`append` column-wise, where the batch allows it (see the module docstring): True when done,
         None (and nothing changed) where it must go sample by sample."""
-        try:
-            # The columns (a Sample is a tuple: series, time, step, value).
-            keys, time_col, step_col, value_col = zip(*samples, strict=True)
-        except (TypeError, ValueError):
-            return None
-        key_ids = array("Q", map(id, keys))
-        first_seen = dict(zip(key_ids, keys, strict=True))  # each key object, in order of appearance
+        got = Columns.of(samples) if columns is None else columns  # as strict as Series.append: floats and ints
+        if got is None or got.steps is None:
+            return None  # a None step goes sample by sample
+        first_seen = got.groups()[0]  # each key object by its id, in order of appearance
         if len(samples) < _BULK_MIN and len(first_seen) * _BULK_PER_SERIES > len(samples):
             return None  # a small batch of many series: quicker sample by sample
-        try:  # as C arrays: as strict as Series.append (ints and floats only; a None step goes sample by sample)
-            all_times = array("d", time_col)
-            all_steps = array("q", step_col)
-            all_values = array("d", value_col)
-        except (TypeError, ValueError, OverflowError):
-            return None
-        times = np.frombuffer(all_times, np.float64)
-        steps = np.frombuffer(all_steps, np.int64)
-        values = np.frombuffer(all_values, np.float64)
+        times, steps, values = got.times, got.steps, got.values
         limit = MAX_TIME if now is None else min(MAX_TIME, now + self.limits.max_future_skew)
         if not bool(((times > -MAX_TIME) & (times <= limit)).all()) or bool((steps == NO_STEP).any()):
             return None
         groups: dict[SeriesKey, list[int]] = {}
         for ident, key in first_seen.items():
             groups.setdefault(key, []).append(ident)
-        ids = np.frombuffer(key_ids, np.uint64) if len(groups) > 1 else None
+        ids = got.ids if len(groups) > 1 else None
         picks = [None] if ids is None else _group_rows(ids, groups)
         plan = self._bulk_plan(groups, picks, steps)
         if plan is None:

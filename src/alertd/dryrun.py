@@ -17,6 +17,7 @@ from typing import Any
 
 from alertd._np import np
 from alertd.buffer import MAX_TIME, BufferLimits, SeriesBuffer
+from alertd.columns import Columns
 from alertd.model import (
     Restart,
     Sample,
@@ -53,14 +54,15 @@ class Replay:
         self.buffer = SeriesBuffer(self.limits)
         self.runs = RunTracker(self.stall_after)
 
-    def feed(self, samples: list[Sample]) -> Evaluation:
+    def feed(self, samples: list[Sample], columns: Columns | None = None) -> Evaluation:
         """Append samples (in time order) and what they say of their runs; evaluate at the newest time.
+        `columns`: the samples' (`alertd.columns`), where the caller has them.
 
         There is no live process in a replay: a run is stalled only by a gap inside its data.
         """
         if samples:
-            derived = self.runs.observe(samples, samples[-1].time if self.live else None)
-            self.restarts += self.buffer.append(_merged(samples, derived))
+            derived = self.runs.observe(samples, samples[-1].time if self.live else None, columns)
+            self.restarts += self.buffer.append(_merged(samples, derived), None, None if derived else columns)
             self.clock = max(self.clock, samples[-1].time)
         return self.advance(self.clock)
 
@@ -154,8 +156,9 @@ def replay(
     ordered, times = _time_ordered(samples, run.buffer, until)
     if fed is not None:
         fed(0, len(ordered))
-    for i, j in pieces(ordered, partial(lookback, ruleset), run.limits, times):
-        yield from run.feed(ordered[i:j]).transitions
+    columns = Columns.of(ordered, times) if times is not None else None  # taken apart once for every piece
+    for i, j in pieces(ordered, partial(lookback, ruleset), run.limits, times, columns):
+        yield from run.feed(ordered[i:j], None if columns is None else columns.piece(i, j)).transitions
         if fed is not None:
             fed(j, len(ordered))
     yield from run.end().transitions

@@ -33,6 +33,7 @@ from typing import Any
 
 from alertd._np import np
 from alertd.buffer import BufferLimits
+from alertd.columns import Columns
 from alertd.model import Sample, SeriesKey
 
 CHUNK = 256
@@ -54,18 +55,23 @@ def floor(limits: BufferLimits) -> int:
 
 
 def pieces(
-    ordered: Sequence[Sample], lookback: Lookback, limits: BufferLimits, times: Any | None = None
+    ordered: Sequence[Sample],
+    lookback: Lookback,
+    limits: BufferLimits,
+    times: Any | None = None,
+    columns: Columns | None = None,
 ) -> Iterator[tuple[int, int]]:
     """The pieces [a, b) of `ordered` (samples in time order), in order, covering it.
 
     `lookback(key, times)`: how many samples before a judged one the rules on `key` read (None: not known), given
-    the series' times. `times`: the samples' times as a float64 numpy array, where the caller has it."""
+    the series' times. `times`: the samples' times as a float64 numpy array, `columns` all of `ordered`'s
+    (`alertd.columns`), where the caller has them."""
     n = len(ordered)
     if n == 0:
         return
     if times is None:
         times = np.fromiter(map(_TIME, ordered), np.float64, n)
-    limit, back = _bounds(ordered, lookback, limits, times)
+    limit, back = _bounds(ordered, lookback, limits, times, columns)
     span = limits.max_age / 4
     a, k = 0, 0
     while a < n:
@@ -82,14 +88,17 @@ def pieces(
         a = b
 
 
-def _bounds(ordered: Sequence[Sample], lookback: Lookback, limits: BufferLimits, times: Any) -> tuple[Any, list[int]]:
+def _bounds(
+    ordered: Sequence[Sample], lookback: Lookback, limits: BufferLimits, times: Any, columns: Columns | None
+) -> tuple[Any, list[int]]:
     """(per sample p, the index a piece holding p ends at, at most; the indices of the steps going back, in order)."""
     n = len(ordered)
     limit = np.full(n, n, dtype=np.int64)
-    steps = _steps(ordered)
+    steps = columns.steps if columns is not None and columns.steps is not None else _steps(ordered)
     back: list[int] = []
     low = floor(limits)
-    for key, rows in _series_rows(ordered).items():
+    ids = columns.ids if columns is not None else None
+    for key, rows in _series_rows(ordered, ids).items():
         need = lookback(key, times[rows])
         room = limits.max_samples - need if need is not None else 0
         share = min(limits.max_samples, room) if room >= low else low
@@ -104,10 +113,11 @@ def _bounds(ordered: Sequence[Sample], lookback: Lookback, limits: BufferLimits,
     return limit, back
 
 
-def _series_rows(ordered: Sequence[Sample]) -> dict[SeriesKey, Any]:
+def _series_rows(ordered: Sequence[Sample], ids: Any | None = None) -> dict[SeriesKey, Any]:
     """Each series' sample indices (ascending, an int64 array); equal keys held by different objects are one
-    series."""
-    ids = np.frombuffer(array("Q", map(id, map(_SERIES, ordered))), np.uint64)
+    series. `ids`: each sample's key object's id (uint64), where the caller has them."""
+    if ids is None:
+        ids = np.frombuffer(array("Q", map(id, map(_SERIES, ordered))), np.uint64)
     if bool((ids == ids[0]).all()):  # one key object: one series (a file of one tag)
         return {ordered[0].series: np.arange(len(ordered), dtype=np.int64)}
     _, first, index = np.unique(ids, return_index=True, return_inverse=True)

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from alertd import buffer as buffer_module
 from alertd import dryrun
 from alertd.buffer import BufferLimits, SeriesBuffer
+from alertd.columns import Columns
 from alertd.config import load_config
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.rules import RuleSet
@@ -81,9 +82,12 @@ def build_batches(
     return [out[a:b] for a, b in itertools.pairwise(points)]
 
 
-def observe_all(batches: list[list[Sample]], nows: list[float | None]) -> tuple[list[Any], Any]:
+def observe_all(batches: list[list[Sample]], nows: list[float | None], columns: bool = False) -> tuple[list[Any], Any]:
     tracker = RunTracker(stall_after=600.0)
-    derived = [tracker.observe(batch, now) for batch, now in zip(batches, nows, strict=False)]
+    derived = [
+        tracker.observe(batch, now, Columns.of(batch) if columns else None)
+        for batch, now in zip(batches, nows, strict=False)
+    ]
     state = [(k, r.state, r.reason, r.exit_code, r.started, r.live, r.ended_at) for k, r in tracker.runs.items()]
     steps = [(r.first_step, r.last_step, r.first_time, r.last_time) for r in tracker.runs.values()]
     return [derived, state, steps, tracker._next_tick], tracker
@@ -100,12 +104,13 @@ def test_observe_column_wise_is_observe_sample_by_sample(spec, cuts, nows) -> No
     with pytest.MonkeyPatch.context() as mp:
         slow_paths(mp)
         expected, slow = observe_all(batches, nows)
-    with pytest.MonkeyPatch.context() as mp:
-        fast_paths(mp)
-        got, fast = observe_all(batches, nows)
-    assert got == expected
-    assert list(fast.runs) == list(slow.runs)
-    assert list(fast.runs.values()) == list(slow.runs.values())
+    for columns in (False, True):  # the batch taken apart by the tracker, or given taken apart (a replay's)
+        with pytest.MonkeyPatch.context() as mp:
+            fast_paths(mp)
+            got, fast = observe_all(batches, nows, columns)
+        assert got == expected
+        assert list(fast.runs) == list(slow.runs)
+        assert list(fast.runs.values()) == list(slow.runs.values())
 
 
 def test_observe_takes_a_long_run_of_progress_column_wise() -> None:

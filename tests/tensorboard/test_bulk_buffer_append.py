@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from alertd import buffer as buffer_module
 from alertd.buffer import FINISHED_METRIC, NO_STEP, BufferLimits, SeriesBuffer
+from alertd.columns import Columns
 from alertd.model import Sample, SeriesKey
 
 _KEYS = [
@@ -83,14 +84,22 @@ def _state(buf: SeriesBuffer) -> Any:
 def test_bulk_append_is_the_sample_by_sample_append(
     batches: list[list[Sample]], now: float | None, limits: BufferLimits
 ) -> None:
-    bulk, one_by_one = SeriesBuffer(limits), SeriesBuffer(limits)
+    bulk, one_by_one, given = SeriesBuffer(limits), SeriesBuffer(limits), SeriesBuffer(limits)
     for batch in batches:
-        with mock.patch.object(buffer_module, "_BULK_MIN", 1):
+        with mock.patch.object(buffer_module, "_BULK_MIN", 1), mock.patch.object(buffer_module, "_BULK_SMALL", 1):
             got = bulk.append(list(batch), now)
-        with mock.patch.object(buffer_module, "_BULK_MIN", 1 << 62):
+            # the replay's way: the batch's columns made once, before (as a piece of a longer replay's)
+            whole = Columns.of([Sample(_KEYS[0], 0.0, 0, 0.0), *batch])
+            with_columns = given.append(list(batch), now, None if whole is None else whole.piece(1, len(batch) + 1))
+        with (
+            mock.patch.object(buffer_module, "_BULK_MIN", 1 << 62),
+            mock.patch.object(buffer_module, "_BULK_SMALL", 1 << 62),
+        ):
             want = one_by_one.append(list(batch), now)
         assert got == want
+        assert with_columns == want
         assert _state(bulk) == _state(one_by_one)
+        assert _state(given) == _state(one_by_one)
 
 
 def test_a_large_clean_batch_takes_the_bulk_path() -> None:

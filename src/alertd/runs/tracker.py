@@ -60,13 +60,13 @@ from __future__ import annotations
 
 import enum
 import math
-from array import array
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from alertd._np import np
+from alertd.columns import Columns
 from alertd.model import Labels, Sample, SeriesKey, make_labels
 
 STALLED = "run.stalled"
@@ -305,14 +305,17 @@ class RunTracker:
 
     # inputs
 
-    def observe(self, samples: Iterable[Sample], now: float | None = None) -> list[Sample]:
+    def observe(
+        self, samples: Iterable[Sample], now: float | None = None, columns: Columns | None = None
+    ) -> list[Sample]:
         """Take in samples (in time order per run); return the derived samples they cause.
 
         `now` (the service's clock): a run is live, and can stall on the tick, once one of its samples is
-        younger than `stall_after` when it arrives; history read at start-up never stalls.
+        younger than `stall_after` when it arrives; history read at start-up never stalls. A replay gives the
+        samples' `columns` too (`alertd.columns`: the same samples, row for row).
         """
         batch = samples if type(samples) is list else list(samples)
-        if len(batch) >= _FAST_MIN and self._observe_progress(batch, now):
+        if len(batch) >= _FAST_MIN and self._observe_progress(batch, now, columns):
             return []
         out: list[Sample] = []
         crashing = {
@@ -488,7 +491,7 @@ class RunTracker:
 
     # internals
 
-    def _observe_progress(self, batch: list[Sample], now: float | None) -> bool:
+    def _observe_progress(self, batch: list[Sample], now: float | None, columns: Columns | None = None) -> bool:
         """`observe` column-wise, for a batch of plain progress samples only: True when done (it derives
         nothing then), False (and nothing changed) where it must go sample by sample.
 
@@ -497,15 +500,14 @@ class RunTracker:
         `stall_after` in any run: then each sample only moves its run's first/last step and time, and
         liveness, exactly as `_progress` and the live check of the loop do, one sample after the other.
         """
-        try:  # the columns: a Sample is a tuple (series, time, step, value)
-            keys, time_col, step_col, _ = zip(*batch, strict=True)
-            times = np.frombuffer(array("d", time_col), np.float64)
-        except (TypeError, ValueError, OverflowError):
+        cols = Columns.of(batch) if columns is None else columns
+        if cols is None:
             return False
+        times = cols.times
         if not bool(np.isfinite(times).all()):
             return False
-        ids = list(map(id, keys))
-        sorted_out = self._slots(ids, keys)
+        first_seen, place = cols.groups()
+        sorted_out = self._slots(first_seen)
         if sorted_out is None:
             return False
         slots, order, skipped = sorted_out
@@ -519,7 +521,7 @@ class RunTracker:
         if len(order) == 1 and not skipped:
             picks: list[Any] = [None]
         else:
-            labels = np.fromiter(map(slots.__getitem__, ids), np.intp, len(ids))
+            labels = np.asarray(slots, dtype=np.intp)[place] if place is not None else np.full(len(times), slots[0])
             picks = [np.flatnonzero(labels == slot) for slot in range(len(order))]
         plans = []
         for run, rows in zip(runs, picks, strict=True):
@@ -527,23 +529,25 @@ class RunTracker:
             if plan is None:
                 return False
             plans.append(plan)
+        steps = cols.steps if cols.steps is not None else [s.step for s in batch]
         for (source, name, rank), run, rows, plan in zip(order, runs, picks, plans, strict=True):
-            self._advance(run or self._run(source, name), rows, step_col, time_col, plan, now, rank)
+            self._advance(run or self._run(source, name), rows, steps, plan, now, rank)
         return True
 
     def _slots(
-        self, ids: list[int], keys: Sequence[SeriesKey]
-    ) -> tuple[dict[int, int], list[tuple[str, str, str | None]], bool] | None:
-        """Each key object's run slot (-1: passed over), the runs in batch order, whether any key was passed
-        over; None when a key's samples can change a run's state (markers: sample by sample)."""
+        self, first_seen: dict[int, SeriesKey]
+    ) -> tuple[list[int], list[tuple[str, str, str | None]], bool] | None:
+        """Each key object's run slot (-1: passed over; in the order of `first_seen`: key objects by id, in batch
+        order), the runs in batch order, whether any key was passed over; None when a key's samples can change a
+        run's state (markers: sample by sample)."""
         kinds = self._kinds
         if len(kinds) > _KINDS_MAX:
             kinds.clear()
-        slots: dict[int, int] = {}
+        slots: list[int] = []
         order: list[tuple[str, str, str | None]] = []
         index: dict[tuple[str, str, str | None], int] = {}
         skipped = False
-        for ident, key in dict(zip(ids, keys, strict=True)).items():  # one id is one key object: in batch order
+        for ident, key in first_seen.items():
             hit = kinds.get(ident)
             if hit is None:
                 hit = kinds[ident] = (key, _kind(key))
@@ -551,14 +555,15 @@ class RunTracker:
             if kind == _OTHER:
                 return None
             if kind == _SKIP:
-                slots[ident], skipped = -1, True
+                slots.append(-1)
+                skipped = True
                 continue
             assert isinstance(kind, tuple)
             slot = index.get(kind)
             if slot is None:
                 slot = index[kind] = len(order)
                 order.append(kind)
-            slots[ident] = slot
+            slots.append(slot)
         return slots, order, skipped
 
     def _gapless(self, run: Run | None, t: Any) -> tuple[Any, float, Any] | None:
@@ -577,32 +582,35 @@ class RunTracker:
         self,
         run: Run,
         rows: Any,
-        step_col: Sequence[Any],
-        time_col: Sequence[Any],
+        step_col: Any,
         plan: tuple[Any, float, Any],
         now: float | None,
         rank: str | None = None,
     ) -> None:
         """Move a run's first/last step and time and its liveness over its samples of a batch (`rows`; None: all),
-        and those of `rank` where they are a rank's."""
+        and those of `rank` where they are a rank's. `step_col`: the batch's steps, an int64 array (`Columns`,
+        every step an int) or a list (None where a sample has none)."""
         t, prev, highs = plan
-        steps: Sequence[Any]
-        mine: Sequence[Any]
-        if rows is None:
-            steps, mine = step_col, time_col
+        low: int | None = None
+        high: int | None = None
+        if isinstance(step_col, np.ndarray):
+            mine = step_col if rows is None else step_col[rows]
+            if len(mine):
+                low, high = int(mine.min()), int(mine.max())
         else:
-            picked = rows.tolist()
-            steps, mine = [step_col[i] for i in picked], [time_col[i] for i in picked]
-        if None in steps:
-            steps = [x for x in steps if x is not None]
-        if steps:  # min and max keep the first of equal values, as the loop does
-            low, high = min(steps), max(steps)
+            steps = step_col if rows is None else [step_col[i] for i in rows.tolist()]
+            if None in steps:
+                steps = [x for x in steps if x is not None]
+            if steps:
+                low, high = min(steps), max(steps)
+        if low is not None and high is not None:
             run.first_step = low if run.first_step is None else min(run.first_step, low)
             run.last_step = high if run.last_step is None else max(run.last_step, high)
-        run.first_time = min(run.first_time, mine[int(t.argmin())])
-        run.last_time = max(run.last_time, mine[int(t.argmax())])
+        newest = float(t[int(t.argmax())])
+        run.first_time = min(run.first_time, float(t[int(t.argmin())]))
+        run.last_time = max(run.last_time, newest)
         if rank is not None and (member := run.rank(rank)) is not None:
-            member.seen(max(steps) if steps else None, mine[int(t.argmax())])
+            member.seen(high, newest)
         first_live = 0 if run.live else -1
         if now is not None and first_live < 0:
             young = np.flatnonzero(now - t < self.stall_after)

@@ -1,0 +1,52 @@
+"""`Columns`: a replay's samples taken apart once; each piece's key objects in order of first appearance."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from alertd.columns import Columns
+from alertd.model import Sample, SeriesKey
+
+# equal keys held by different objects stay apart: a key object is what the columns group by
+_KEYS = [SeriesKey("loss"), SeriesKey("loss"), SeriesKey("lr"), SeriesKey("acc", (("run", "a"),))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(0, 3), st.floats(allow_nan=True), st.one_of(st.none(), st.integers(-5, 50))),
+        max_size=40,
+    ),
+    cut=st.tuples(st.integers(0, 45), st.integers(0, 45)),
+)
+def test_a_piece_is_its_samples_taken_apart(rows: list[tuple[int, float, int | None]], cut: tuple[int, int]) -> None:
+    samples = [Sample(_KEYS[k], 1.7e9 + i, step, value) for i, (k, value, step) in enumerate(rows)]
+    whole = Columns.of(samples)
+    assert whole is not None
+    a, b = sorted(c % (len(samples) + 1) for c in cut)
+    piece, part = whole.piece(a, b), samples[a:b]
+    assert len(piece) == len(part)
+    assert piece.times.tolist() == [s.time for s in part]
+    assert [v if not math.isnan(v) else "nan" for v in piece.values.tolist()] == [
+        s.value if not math.isnan(s.value) else "nan" for s in part
+    ]
+    steps = [s.step for s in samples]
+    assert (piece.steps is None) == (None in steps)
+    if piece.steps is not None:
+        assert piece.steps.tolist() == [s.step for s in part]
+    first_seen, place = piece.groups()
+    assert first_seen == dict(zip(map(id, (s.series for s in part)), (s.series for s in part), strict=True))
+    assert all(first_seen[id(s.series)] is s.series for s in part)
+    order = list(first_seen)
+    expected = [order.index(id(s.series)) for s in part]
+    assert (place.tolist() if place is not None else [0] * len(part)) == expected
+    assert place is not None or len({id(s.series) for s in part}) <= 1
+
+
+def test_a_time_or_value_that_is_not_a_number_gives_no_columns() -> None:
+    assert Columns.of([Sample(_KEYS[0], 1.0, 1, "x")]) is None  # type: ignore[arg-type]
+    assert Columns.of([Sample(_KEYS[0], None, 1, 1.0)]) is None  # type: ignore[arg-type]
+    assert Columns.of([Sample(_KEYS[0], 1.0, 2**70, 1.0)]).steps is None  # type: ignore[union-attr]
