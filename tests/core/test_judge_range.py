@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from window_helpers import fill
 
-from alertd.buffer import BufferLimits
+from alertd.buffer import BufferLimits, SeriesBuffer
+from alertd.model import Sample, SeriesKey
 from alertd.rules.conditions import (
     VECTOR_MIN,
     Nonfinite,
@@ -73,3 +74,61 @@ def test_a_range_judged_at_once_is_each_sample_judged_alone(values, gaps, keep, 
         got = judge_range(at_once, series, lo, n)  # type: ignore[arg-type]
         want = [k for k in range(n - lo) if alone.check(series, lo + k)]  # type: ignore[attr-defined]
         assert got == want, (at_once, lo, n)
+
+
+BIG = 1.5e308  # two of them add up to infinity: a median of an even count of them is inf
+steady_st = st.one_of(
+    st.floats(90.0, 110.0),  # a steady series: its windows' extremes decide most samples
+    st.sampled_from([NAN, INF, -INF, 0.0, -1.0, 40.0, 10.0, 300.0, BIG, 1e308, 5e-324]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    values=st.lists(steady_st, min_size=VECTOR_MIN, max_size=4 * VECTOR_MIN),
+    steps=st.lists(st.sampled_from([0.0, 1.0, 1.0, 2.0, 5.0, -3.0]), min_size=1, max_size=6),
+    keep=st.sampled_from([20, 1000]),
+    cut=st.integers(0, 3 * VECTOR_MIN),
+)
+@example(values=[BIG] * 40, steps=[1.0], keep=1000, cut=0)  # every other window's median is inf: a "drop"
+def test_a_median_over_seconds_decided_by_its_windows_extremes_is_each_sample_judged_alone(
+    values: list[float], steps: list[float], keep: int, cut: int
+) -> None:
+    """Time-window medians judged at once: the samples the windows' least and greatest values settle, and the
+    rest, say what each sample judged alone says (huge values whose middle two overflow, times going back)."""
+    buf = SeriesBuffer(BufferLimits(max_samples=keep, max_age=1e9))
+    key = SeriesKey("tokens_per_second", (("run", "a"),))
+    t = 1000.0
+    for n, v in enumerate(values):
+        t += steps[n % len(steps)]
+        buf.append([Sample(key, t, n, v)])
+    series = buf.get(key)
+    assert series is not None
+    n = len(series.times)
+    lo = series.start + cut % max(1, n - series.start)
+    for make in (
+        lambda: Spike(0.5, "down", None, 20.0, "median", 1),
+        lambda: Spike(0.5, "down", None, 7.0, "median", 3),
+        lambda: Spike(2.0, "up", None, 20.0, "median", 2),
+        lambda: Spike(1.2, "up", None, 4.0, "median", 1),
+    ):
+        got = judge_range(make(), series, lo, n)
+        alone = make()
+        assert got == [k for k in range(n - lo) if alone.check(series, lo + k)], (make(), lo, n)
+
+
+def test_a_steady_series_is_judged_without_moving_its_median() -> None:
+    """The windows' extremes settle every sample of a steady series (no median is moved for them)."""
+    buf = SeriesBuffer(BufferLimits(max_samples=5000, max_age=1e9))
+    key = SeriesKey("tokens_per_second", (("run", "a"),))
+    buf.append([Sample(key, 1000.0 + k * 0.1, k, 41000.0 + k % 7) for k in range(4000)])
+    series = buf.get(key)
+    assert series is not None
+    down = Spike(0.5, "down", None, 300.0, "median", 5)
+    assert down._undecided(series, 3000, 4000, 300.0) == []
+    assert judge_range(down, series, 3000, 4000) == []
+    window = down.memo.get(series)
+    assert window is None or (window.hi, window.count) == (-1, 0)  # its running median never moved
+    # a drop to a third is left to the median, and found
+    buf.append([Sample(key, 1400.1, 4000, 13000.0)])
+    assert down._undecided(series, 4000, 4001, 300.0) == [4000]

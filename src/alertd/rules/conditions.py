@@ -20,7 +20,7 @@ from alertd.rules.compare import OPS
 from alertd.rules.memo import Memo
 from alertd.rules.peers import Peers
 from alertd.rules.plateau import Plateau
-from alertd.rules.slide import SLIDE_MAX_WIDTH, sliding_medians
+from alertd.rules.slide import SLIDE_MAX_WIDTH, range_max, sliding_medians
 from alertd.rules.windows import AGGREGATES, Running, Span, WindowAggregate, ZScore, seconds_lookback
 
 __all__ = [
@@ -60,6 +60,8 @@ class LooksBack(Protocol):
 
 
 VECTOR_MIN = 32
+HALF_MAX = 2.0**1022
+"""A quarter of the greatest double: two values below it add up to a finite double, whatever the rounding."""
 """New samples from which a threshold or `nonfinite` is judged column-wise (numpy: the same answers)."""
 
 
@@ -210,7 +212,41 @@ class Spike:
             and hi - lo >= VECTOR_MIN
         ):
             return self._slide(series, lo, hi, width)
+        if self.stat == "median" and self.seconds is not None and hi - lo >= VECTOR_MIN:
+            return self._each(series, self._undecided(series, lo, hi, self.seconds), lo)
         return self._each(series, range(lo, hi), lo)
+
+    def _undecided(self, series: Series, lo: int, hi: int, seconds: float) -> Iterable[int]:
+        """The indices in [lo, hi) that the extremes of their windows leave undecided; the others are no spike.
+
+        A median lies between its window's least and greatest finite values (the middle two added and halved
+        too, short of an overflow, which `HALF_MAX` keeps out), and a quotient of positive doubles does not grow
+        as its divisor grows (rounding keeps the order). So down, `latest / greatest > ratio` means
+        `latest / median > ratio`; up, `latest / least < ratio` means `latest / median < ratio`: no spike,
+        whatever the median. A steady series' 5 minutes are judged without moving its median at all (the
+        greatest and least of every window at once, `range_max`); times going back leave all undecided."""
+        times, values, first = series.times, series.values, series.start
+        first = bisect_left(times, times[lo] - seconds, first, lo)
+        t = np.frombuffer(times[first:hi], np.float64)  # copies: the buffer may grow
+        if not bool((t[1:] >= t[:-1]).all()):
+            return range(lo, hi)
+        v = np.frombuffer(values[first:hi], np.float64)
+        at = lo - first
+        his = np.arange(at, len(t))
+        los = np.minimum(np.searchsorted(t, t[at:] - seconds, side="left"), his)  # bisect_left's window starts
+        latest, some = v[at:], his > los
+        sure = np.zeros(len(latest), dtype=bool)
+        finite = np.isfinite(v)
+        with np.errstate(all="ignore"):
+            if self.direction == "down":
+                top = range_max(np.where(finite, v, -np.inf), los[some], his[some])
+                x = latest[some]
+                sure[some] = (x > 0) & (top > 0) & (top < HALF_MAX) & (x / top > self.ratio)
+            else:
+                low = -range_max(np.where(finite, -v, -np.inf), los[some], his[some])
+                x = latest[some]
+                sure[some] = (x >= 0) & (low > 0) & (x / low < self.ratio)
+        return (np.flatnonzero(~sure) + lo).tolist()
 
     def _each(self, series: Series, indices: Iterable[int], lo: int) -> list[int]:
         """The offsets from `lo` of `indices` (ascending) where `check` holds, under one look at the memo: `_baseline`

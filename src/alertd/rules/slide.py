@@ -51,3 +51,20 @@ def _windows(values: Any, width: int, rows: int) -> Any:
     view = np.ndarray((rows, width), dtype=np.float64, buffer=values, strides=(step, step))
     view.flags.writeable = False
     return view
+
+
+def range_max(values: Any, los: Any, his: Any) -> Any:
+    """The greatest of `values[lo:hi]` for each pair of `los` and `his` (int arrays, each lo < hi), as a float64
+    array: a sparse table (the maxima of every run of 1, 2, 4, ... values; log2(n) numpy passes), then the
+    greater of two overlapping runs per window. NaN is not ordered: give a run without it."""
+    n = len(values)
+    table = np.full((max(1, n.bit_length()), n), -np.inf)
+    table[0] = values
+    width, level = 1, 0
+    while 2 * width <= n:  # table[j, k] = max(values[k : k + 2**j])
+        end = n - 2 * width + 1
+        table[level + 1, :end] = np.maximum(table[level, :end], table[level, width : width + end])
+        width, level = 2 * width, level + 1
+    lengths = his - los
+    k = np.frexp(lengths)[1] - 1  # floor(log2(length)), exactly, for lengths >= 1
+    return np.maximum(table[k, los], table[k, his - (1 << k)])
