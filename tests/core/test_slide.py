@@ -14,7 +14,7 @@ from window_helpers import fill
 
 from alertd.buffer import BufferLimits
 from alertd.rules.conditions import VECTOR_MIN, Spike, judge_range
-from alertd.rules.slide import SLIDE_MAX_WIDTH, sliding_medians
+from alertd.rules.slide import SLIDE_MAX_WIDTH, range_max, sliding_medians
 
 finite_st = st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.sampled_from([0.0, -0.0, 1.0, 2.0, 1e300, -1e300]))
 
@@ -67,3 +67,30 @@ def test_a_long_run_judged_column_wise_is_each_sample_judged_alone(  # type: ign
     assert got == [k for k in range(n - lo) if alone.check(series, lo + k)]
     # and the running window goes on from there: the next sample judged alike
     assert at_once.check(series, n - 1) == alone.check(series, n - 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    values=st.lists(finite_st, min_size=1, max_size=120),
+    width=st.integers(1, 16),
+    picks=st.sets(st.integers(0, 130)),
+    chunk=st.sampled_from([1, 7, 1 << 19]),
+)
+def test_the_medians_of_some_windows_are_those_windows_medians(
+    values: list[float], width: int, picks: set[int], chunk: int
+) -> None:
+    rows = sorted(k for k in picks if k <= len(values) - width)
+    got = sliding_medians(np.array(values, dtype=np.float64), width, chunk, rows=np.array(rows, dtype=np.intp))
+    assert got.tolist() == [statistics.median(values[k : k + width]) for k in rows]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    values=st.lists(st.one_of(finite_st, st.just(-math.inf)), min_size=1, max_size=150),
+    windows=st.lists(st.tuples(st.integers(0, 150), st.integers(1, 150)), min_size=1, max_size=30),
+)
+def test_the_greatest_of_each_window_is_its_max(values: list[float], windows: list[tuple[int, int]]) -> None:
+    n = len(values)
+    pairs = [(a % n, min(n, a % n + length)) for a, length in windows]
+    los, his = (np.array(side, dtype=np.intp) for side in zip(*pairs, strict=True))
+    assert range_max(np.array(values, dtype=np.float64), los, his).tolist() == [max(values[a:b]) for a, b in pairs]

@@ -236,17 +236,24 @@ class Spike:
         los = np.minimum(np.searchsorted(t, t[at:] - seconds, side="left"), his)  # bisect_left's window starts
         latest, some = v[at:], his > los
         sure = np.zeros(len(latest), dtype=bool)
-        finite = np.isfinite(v)
+        sure[some] = self._no_spike(v, latest[some], los[some], his[some])
+        return (np.flatnonzero(~sure) + lo).tolist()
+
+    def _settled(self, seg: Any, latest: Any, width: int) -> Any:
+        """`_slide`'s rows that the extremes of their windows (`seg[r : r + width]`) settle: no spike (`_no_spike`)."""
+        los = np.arange(len(latest))
+        return self._no_spike(seg, latest, los, los + width)
+
+    def _no_spike(self, values: Any, latest: Any, los: Any, his: Any) -> Any:
+        """Where `latest[k]` is no spike over the median of the finite values of `values[los[k] : his[k]]` (each
+        window not empty), whatever that median: see `_undecided`."""
+        finite = np.isfinite(values)
         with np.errstate(all="ignore"):
             if self.direction == "down":
-                top = range_max(np.where(finite, v, -np.inf), los[some], his[some])
-                x = latest[some]
-                sure[some] = (x > 0) & (top > 0) & (top < HALF_MAX) & (x / top > self.ratio)
-            else:
-                low = -range_max(np.where(finite, -v, -np.inf), los[some], his[some])
-                x = latest[some]
-                sure[some] = (x >= 0) & (low > 0) & (x / low < self.ratio)
-        return (np.flatnonzero(~sure) + lo).tolist()
+                top = range_max(np.where(finite, values, -np.inf), los, his)
+                return (latest > 0) & (top > 0) & (top < HALF_MAX) & (latest / top > self.ratio)
+            low = -range_max(np.where(finite, -values, -np.inf), los, his)
+            return (latest >= 0) & (low > 0) & (latest / low < self.ratio)
 
     def _each(self, series: Series, indices: Iterable[int], lo: int) -> list[int]:
         """The offsets from `lo` of `indices` (ascending) where `check` holds, under one look at the memo: `_baseline`
@@ -290,10 +297,16 @@ class Spike:
         bad = np.concatenate(([0], np.cumsum(~finite)))
         latest = seg[width:]
         clean = (bad[width : width + len(latest)] == bad[: len(latest)]) & finite[width:]  # window and latest finite
-        base = sliding_medians(seg[:-1], width)
+        need = clean & ~self._settled(seg, latest, width)
+        base = np.full(len(latest), np.nan)
+        rows = np.flatnonzero(need)
+        if len(rows) == len(latest):
+            base = sliding_medians(seg[:-1], width)
+        elif len(rows):
+            base[rows] = sliding_medians(seg[:-1], width, rows=rows)
         with np.errstate(all="ignore"):  # overflow to inf, as Python's float division gives it
             ratio = latest / base
-            hit = clean & (base > 0) & (ratio >= self.ratio if self.direction == "up" else ratio <= self.ratio)
+            hit = need & (base > 0) & (ratio >= self.ratio if self.direction == "up" else ratio <= self.ratio)
         redo = np.flatnonzero(~clean & finite[width:])  # a finite latest over a window with a non-finite value
         offset = full - lo
         found = (np.flatnonzero(hit) + offset).tolist()
