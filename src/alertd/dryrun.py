@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import Any
 
 from alertd._np import np
-from alertd.buffer import MAX_TIME, BufferLimits, SeriesBuffer
+from alertd.buffer import DROPPED_METRIC, EVICTED_METRIC, MAX_TIME, BufferLimits, SeriesBuffer
 from alertd.columns import Columns
 from alertd.model import (
     Restart,
@@ -27,11 +27,13 @@ from alertd.model import (
     format_value,
     shown_annotations,
 )
-from alertd.replay_chunks import pieces
+from alertd.replay_chunks import plan
 from alertd.rules.evaluate import EvalState, Evaluation, RuleSet, evaluate
-from alertd.runs.tracker import RunTracker
+from alertd.runs.tracker import DERIVED, MARKERS, RunTracker
 
 _TIME = attrgetter("time")
+RUN_METRICS = DERIVED | MARKERS | {DROPPED_METRIC, EVICTED_METRIC}
+"""The series a replay's run tracker and buffer make as it goes (not among the samples it plans its pieces by)."""
 
 
 @dataclass
@@ -136,6 +138,14 @@ def lookback(ruleset: RuleSet, key: SeriesKey, times: Any) -> int | None:
     return most
 
 
+def may_widen(ruleset: RuleSet) -> bool:
+    """Whether a replay may widen its buffer (`replay_chunks.plan`) for these rules: the series the run tracker and
+    the buffer make as the replay goes (`RUN_METRICS`) are not among the samples it plans by, so no rule that may
+    watch them may leave its lookback unsaid (`expr`, `peers`, `plateau`)."""
+    unsaid = [rule for rule in ruleset.rules if getattr(rule.condition, "lookback", None) is None]
+    return not any(rule.watches_metric(metric) for rule in unsaid for metric in RUN_METRICS)
+
+
 def _merged(samples: list[Sample], derived: list[Sample]) -> list[Sample]:
     return sorted(samples + derived, key=lambda s: s.time) if derived else samples
 
@@ -157,7 +167,9 @@ def replay(
     if fed is not None:
         fed(0, len(ordered))
     columns = Columns.of(ordered, times) if times is not None else None  # taken apart once for every piece
-    for i, j in pieces(ordered, partial(lookback, ruleset), run.limits, times, columns):
+    limits, cuts = plan(ordered, partial(lookback, ruleset), run.limits, times, columns, may_widen(ruleset))
+    run.limits = run.buffer.limits = limits  # larger only where that changes nothing the rules read (`plan`)
+    for i, j in cuts:
         yield from run.feed(ordered[i:j], None if columns is None else columns.piece(i, j)).transitions
         if fed is not None:
             fed(j, len(ordered))

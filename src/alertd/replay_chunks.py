@@ -28,6 +28,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from operator import attrgetter
 from typing import Any
 
@@ -42,6 +43,8 @@ MAX_PIECE = 8192
 """Samples in one piece, at most."""
 MIN_PIECE = 16
 """A piece is not ended at a step going back before it holds this many samples."""
+WIDE_BUDGET = 1 << 22
+"""Samples a widened replay buffer holds in all, at most (`plan`): about 100 MB."""
 Lookback = Callable[[SeriesKey, Any], "int | None"]
 """How many samples before a judged one the rules on a series read, given its times (None: not known)."""
 _SERIES = attrgetter("series")
@@ -66,13 +69,41 @@ def pieces(
     `lookback(key, times)`: how many samples before a judged one the rules on `key` read (None: not known), given
     the series' times. `times`: the samples' times as a float64 numpy array, `columns` all of `ordered`'s
     (`alertd.columns`), where the caller has them."""
+    return plan(ordered, lookback, limits, times, columns)[1]
+
+
+def plan(
+    ordered: Sequence[Sample],
+    lookback: Lookback,
+    limits: BufferLimits,
+    times: Any | None = None,
+    columns: Columns | None = None,
+    widen: bool = False,
+) -> tuple[BufferLimits, Iterator[tuple[int, int]]]:
+    """(the limits to replay with, the pieces of `ordered` for them: see `pieces`).
+
+    With `widen` (every rule of the replay says its lookback), the limits are `limits` with room for up to
+    `MAX_PIECE` more samples a series (`WIDE_BUDGET` in all), where that changes nothing the rules read: every
+    series' rules read at most `max_samples - 1` samples back (all a buffer of `max_samples` holds before a
+    sample), and no step goes back (a restart would keep, in a larger buffer, samples the service's had
+    evicted). The pieces then hold up to `MAX_PIECE` samples of any series: fewer evaluations."""
     n = len(ordered)
     if n == 0:
-        return
+        return limits, iter(())
     if times is None:
         times = np.fromiter(map(_TIME, ordered), np.float64, n)
-    limit, back = _bounds(ordered, lookback, limits, times, columns)
-    span = limits.max_age / 4
+    needs, back = _needs(ordered, lookback, times, columns)
+    most = limits.max_samples
+    if widen and not back and all(need is not None and need < most for _, need in needs):
+        extra = min(MAX_PIECE, WIDE_BUDGET // len(needs) - most)
+        if extra > 0:
+            limits = replace(limits, max_samples=most + extra)
+    return limits, _cut(_limits(needs, limits, n), back, times, limits.max_age / 4)
+
+
+def _cut(limit: Any, back: list[int], times: Any, span: float) -> Iterator[tuple[int, int]]:
+    """The pieces: each ends where a sample's `limit` says, at a step going back, or `span` seconds on."""
+    n = len(limit)
     a, k = 0, 0
     while a < n:
         stop = min(n, a + MAX_PIECE)
@@ -88,29 +119,35 @@ def pieces(
         a = b
 
 
-def _bounds(
-    ordered: Sequence[Sample], lookback: Lookback, limits: BufferLimits, times: Any, columns: Columns | None
-) -> tuple[Any, list[int]]:
-    """(per sample p, the index a piece holding p ends at, at most; the indices of the steps going back, in order)."""
-    n = len(ordered)
-    limit = np.full(n, n, dtype=np.int64)
+def _needs(
+    ordered: Sequence[Sample], lookback: Lookback, times: Any, columns: Columns | None
+) -> tuple[list[tuple[Any, int | None]], list[int]]:
+    """(each series' sample indices with its rules' lookback; the indices of the steps going back, in order)."""
     steps = columns.steps if columns is not None and columns.steps is not None else _steps(ordered)
+    needs: list[tuple[Any, int | None]] = []
     back: list[int] = []
-    low = floor(limits)
     ids = columns.ids if columns is not None else None
     for key, rows in _series_rows(ordered, ids).items():
-        need = lookback(key, times[rows])
-        room = limits.max_samples - need if need is not None else 0
-        share = min(limits.max_samples, room) if room >= low else low
-        if len(rows) > share:
-            limit[rows[:-share]] = rows[share:]  # from its first sample in a piece, `share` of the series at most
+        needs.append((rows, lookback(key, times[rows])))
         if steps is not None:
             s = steps[rows]
             known = s != _NO_STEP
             s, r = s[known], rows[known]
             back.extend(r[1:][s[1:] < s[:-1]].tolist())
     back.sort()
-    return limit, back
+    return needs, back
+
+
+def _limits(needs: list[tuple[Any, int | None]], limits: BufferLimits, n: int) -> Any:
+    """Per sample p, the index a piece holding p ends at, at most (each series' share of a piece)."""
+    limit = np.full(n, n, dtype=np.int64)
+    low = floor(limits)
+    for rows, need in needs:
+        room = limits.max_samples - need if need is not None else 0
+        share = min(limits.max_samples, room) if room >= low else low
+        if len(rows) > share:
+            limit[rows[:-share]] = rows[share:]  # from its first sample in a piece, `share` of the series at most
+    return limit
 
 
 def _series_rows(ordered: Sequence[Sample], ids: Any | None = None) -> dict[SeriesKey, Any]:

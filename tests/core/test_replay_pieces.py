@@ -19,7 +19,7 @@ from alertd import dryrun
 from alertd.buffer import BufferLimits
 from alertd.dryrun import Replay
 from alertd.model import Sample, SeriesKey, make_labels
-from alertd.replay_chunks import MAX_PIECE, MIN_PIECE, floor, pieces
+from alertd.replay_chunks import MAX_PIECE, MIN_PIECE, floor, pieces, plan
 from alertd.rules import RuleSet
 
 FAR = [
@@ -151,3 +151,39 @@ def test_a_rule_that_does_not_say_how_far_back_it_reads_gets_the_smallest_pieces
     ]
     assert dryrun.lookback(ruleset, key("loss"), None) is None
     assert max(shares) == floor(limits) == 256
+
+
+def test_a_replay_buffer_is_widened_only_where_that_changes_nothing_read() -> None:
+    """A replay feeds larger pieces in a larger buffer where every rule reads less far back than the buffer holds
+    and no step goes back; a window longer than the buffer, a step going back, or a rule that does not say how far
+    back it reads keep the buffer's own size (where a larger one would change the answer)."""
+    small = BufferLimits(max_samples=56, max_age=1e9)
+    loss, tps = key("loss"), key("tps")
+    steady = [Sample(loss, 1000.0 + i, i, 2.0 + (i % 5) / 10) for i in range(600)]
+    spike = [rule("{name: sp, metric: loss, condition: {spike: {ratio: 1.8, baseline: 40 samples}}}")]
+
+    def widened(ruleset: RuleSet, data: list[Sample]) -> int:
+        ordered = sorted(data, key=lambda s: s.time)
+        return plan(ordered, partial(dryrun.lookback, ruleset), small, widen=dryrun.may_widen(ruleset))[0].max_samples
+
+    assert widened(RuleSet(spike), steady) == 56 + MAX_PIECE
+    # a drop from 100 to 60 tokens/s: a 30 s median over 55 samples (all the buffer holds) follows it in 28
+    # samples; over the 300 samples of 30 s at 10 a second it would take 150
+    drop = [Sample(tps, 1000.0 + i / 10, i, 100.0 if i < 250 else 60.0) for i in range(600)]
+    slow = RuleSet([rule("{name: tp, metric: tps, condition: {spike: {ratio: 0.7, direction: down, baseline: 30s}}}")])
+    assert widened(slow, drop) == 56
+    # a restart from step 150 after step 199: the service's buffer keeps 6 samples before it (too few for a
+    # baseline of 30), a larger one 150 (a baseline, and a spike)
+    restart = [Sample(loss, 1000.0 + i, i, 1.0) for i in range(200)]
+    restart += [Sample(loss, 1200.0 + k, 150 + k, 3.0) for k in range(300)]
+    baseline = "{spike: {ratio: 1.8, baseline: 40 samples, min_samples: 30}}"
+    few = RuleSet([rule(f"{{name: few, metric: loss, condition: {baseline}}}")])
+    assert widened(few, restart) == 56
+    plateau = RuleSet([*spike, rule("{name: p, metric: run.stalled, condition: {plateau: {patience: 3}}}")])
+    assert widened(plateau, steady) == 56  # the runs' own series: their rules must say
+    for ruleset, data in ((RuleSet(spike), steady), (few, restart), (plateau, steady)):
+        assert rows(dryrun.replay(ruleset, data, small)) == one_at_a_time(ruleset, data, small)
+    # where the buffer keeps its size, a larger one would have changed the answer
+    large = BufferLimits(max_samples=56 + MAX_PIECE, max_age=1e9)
+    for ruleset, data in ((slow, drop), (few, restart)):
+        assert one_at_a_time(ruleset, data, large) != one_at_a_time(ruleset, data, small)

@@ -91,6 +91,8 @@ class Rule:
 
     def watches(self, key: SeriesKey) -> bool:
         """Whether this rule applies to the series `key`."""
-        if key.metric not in self._names and (self._glob is None or not self._glob.fullmatch(key.metric)):
-            return False
-        return all(m.matches(key.labels) for m in self.matchers)
+        return self.watches_metric(key.metric) and all(m.matches(key.labels) for m in self.matchers)
+
+    def watches_metric(self, metric: str) -> bool:
+        """Whether this rule applies to some series of the metric `metric` (its labels aside)."""
+        return metric in self._names or (self._glob is not None and self._glob.fullmatch(metric) is not None)
