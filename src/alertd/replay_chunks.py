@@ -18,6 +18,11 @@ evaluation per piece, not per sample: its speed), and the pieces must not change
 
 At most `MAX_PIECE` samples in all go in one piece (one evaluation's work, whatever the number of series).
 
+**A wider buffer** (`plan`, where the replay allows it): where every series' rules read less far back than
+`max_samples`, no step goes back and every rule that may watch the runs' own series says how far back it reads, a
+larger buffer changes nothing any rule reads; the replay then gets `MAX_PIECE` more samples a series of room
+(`WIDE_BUDGET` in all), and pieces of up to `MAX_PIECE` samples of a series.
+
 What pieces may still change, as the service's polls do (tests/core/test_properties.py holds the rest alike in any
 pieces): a timer due at the very time of a sample (an absence of exactly its length); a run's end marker in the
 piece of later samples of the run; the order of the transitions one evaluation makes at one instant.
