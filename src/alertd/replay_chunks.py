@@ -91,7 +91,8 @@ def plan(
     `MAX_PIECE` more samples a series (`WIDE_BUDGET` in all), where that changes nothing the rules read: every
     series' rules read at most `max_samples - 1` samples back (all a buffer of `max_samples` holds before a
     sample), and no step goes back (a restart would keep, in a larger buffer, samples the service's had
-    evicted). The pieces then hold up to `MAX_PIECE` samples of any series: fewer evaluations."""
+    evicted; every step an int64 or missing, so that this is known). The pieces then hold up to `MAX_PIECE`
+    samples of any series: fewer evaluations."""
     n = len(ordered)
     if n == 0:
         return limits, iter(())
@@ -99,11 +100,11 @@ def plan(
         times = np.fromiter(map(_TIME, ordered), np.float64, n)
     needs, back = _needs(ordered, lookback, times, columns)
     most = limits.max_samples
-    if widen and not back and all(need is not None and need < most for _, need in needs):
+    if widen and back is not None and not back and all(need is not None and need < most for _, need in needs):
         extra = min(MAX_PIECE, WIDE_BUDGET // len(needs) - most)
         if extra > 0:
             limits = replace(limits, max_samples=most + extra)
-    return limits, _cut(_limits(needs, limits, n), back, times, limits.max_age / 4)
+    return limits, _cut(_limits(needs, limits, n), back or [], times, limits.max_age / 4)
 
 
 def _cut(limit: Any, back: list[int], times: Any, span: float) -> Iterator[tuple[int, int]]:
@@ -126,8 +127,9 @@ def _cut(limit: Any, back: list[int], times: Any, span: float) -> Iterator[tuple
 
 def _needs(
     ordered: Sequence[Sample], lookback: Lookback, times: Any, columns: Columns | None
-) -> tuple[list[tuple[Any, int | None]], list[int]]:
-    """(each series' sample indices with its rules' lookback; the indices of the steps going back, in order)."""
+) -> tuple[list[tuple[Any, int | None]], list[int] | None]:
+    """(each series' sample indices with its rules' lookback; the indices of the steps going back, in order, or
+    None where a step is neither an int64 nor missing: not known)."""
     steps = columns.steps if columns is not None and columns.steps is not None else _steps(ordered)
     needs: list[tuple[Any, int | None]] = []
     back: list[int] = []
@@ -140,7 +142,7 @@ def _needs(
             s, r = s[known], rows[known]
             back.extend(r[1:][s[1:] < s[:-1]].tolist())
     back.sort()
-    return needs, back
+    return needs, back if steps is not None else None
 
 
 def _limits(needs: list[tuple[Any, int | None]], limits: BufferLimits, n: int) -> Any:

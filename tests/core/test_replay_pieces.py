@@ -179,6 +179,8 @@ def test_a_replay_buffer_is_widened_only_where_that_changes_nothing_read() -> No
     baseline = "{spike: {ratio: 1.8, baseline: 40 samples, min_samples: 30}}"
     few = RuleSet([rule(f"{{name: few, metric: loss, condition: {baseline}}}")])
     assert widened(few, restart) == 56
+    odd = [*steady[:300], Sample(loss, 1300.5, 2**70, 2.0), *steady[301:]]  # a step beyond int64: order unknown
+    assert widened(RuleSet(spike), odd) == 56
     plateau = RuleSet([*spike, rule("{name: p, metric: run.stalled, condition: {plateau: {patience: 3}}}")])
     assert widened(plateau, steady) == 56  # the runs' own series: their rules must say
     for ruleset, data in ((RuleSet(spike), steady), (few, restart), (plateau, steady)):
