@@ -60,9 +60,9 @@ class LooksBack(Protocol):
 
 
 VECTOR_MIN = 32
+"""New samples from which a threshold or `nonfinite` is judged column-wise (numpy: the same answers)."""
 HALF_MAX = 2.0**1022
 """A quarter of the greatest double: two values below it add up to a finite double, whatever the rounding."""
-"""New samples from which a threshold or `nonfinite` is judged column-wise (numpy: the same answers)."""
 
 
 def judge_range(cond: Condition, series: Series, lo: int, hi: int) -> list[int]:
@@ -225,8 +225,8 @@ class Spike:
         `latest / median > ratio`; up, `latest / least < ratio` means `latest / median < ratio`: no spike,
         whatever the median. A steady series' 5 minutes are judged without moving its median at all (the
         greatest and least of every window at once, `range_max`); times going back leave all undecided."""
-        times, values, first = series.times, series.values, series.start
-        first = bisect_left(times, times[lo] - seconds, first, lo)
+        times, values = series.times, series.values
+        first = bisect_left(times, times[lo] - seconds, series.start, lo)
         t = np.frombuffer(times[first:hi], np.float64)  # copies: the buffer may grow
         if not bool((t[1:] >= t[:-1]).all()):
             return range(lo, hi)

@@ -521,7 +521,7 @@ class RunTracker:
         if len(order) == 1 and not skipped:
             picks: list[Any] = [None]
         else:
-            labels = np.asarray(slots, dtype=np.intp)[place] if place is not None else np.full(len(times), slots[0])
+            labels = np.asarray(slots, dtype=np.intp)[place]  # several key objects (one: a single run, above)
             picks = [np.flatnonzero(labels == slot) for slot in range(len(order))]
         plans = []
         for run, rows in zip(runs, picks, strict=True):
@@ -606,8 +606,8 @@ class RunTracker:
         if low is not None and high is not None:
             run.first_step = low if run.first_step is None else min(run.first_step, low)
             run.last_step = high if run.last_step is None else max(run.last_step, high)
-        newest = float(t[int(t.argmax())])
-        run.first_time = min(run.first_time, float(t[int(t.argmin())]))
+        newest = float(t.max())  # finite times (`_observe_progress`)
+        run.first_time = min(run.first_time, float(t.min()))
         run.last_time = max(run.last_time, newest)
         if rank is not None and (member := run.rank(rank)) is not None:
             member.seen(high, newest)
