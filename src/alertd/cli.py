@@ -422,12 +422,7 @@ longer than one poll reads) is polled again until it has read everything there w
 
 
 async def _poll_all(cfg: SourceConfig, bar: Progress | None = None, root_run: str | None = None) -> list[Sample]:
-    source = build_source(cfg)
-    if root_run is not None:
-        from alertd.sources.tensorboard import TensorBoardSource  # here: only a TensorBoard dry-run loads it
-
-        if isinstance(source, TensorBoardSource):
-            source.root_run = root_run
+    source = build_source(cfg, root_run)
     try:
         out = list(await source.poll(time.time()))
         for _ in range(_MAX_POLLS):

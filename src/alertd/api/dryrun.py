@@ -147,12 +147,7 @@ class DryRunJob:
 
 
 async def _poll_once(cfg: SourceConfig, root_run: str | None = None) -> list[Sample]:
-    source = build_source(cfg)
-    if root_run is not None:
-        from alertd.sources.tensorboard import TensorBoardSource  # here: only a TensorBoard dry-run loads it
-
-        if isinstance(source, TensorBoardSource):
-            source.root_run = root_run
+    source = build_source(cfg, root_run)
     try:
         out = [_checked(s) for s in await source.poll(time.time())]
         for _ in range(MAX_POLLS):  # a source that reads a bounded amount per poll says it has more

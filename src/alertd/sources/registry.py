@@ -28,11 +28,17 @@ REPLAYABLE = ("tensorboard", "wandb_dir", "wandb", "samples", "textlog", "csv", 
 """Source types that hold history a dry-run can replay (NVML only knows the present)."""
 
 
-def build_source(cfg: SourceConfig) -> Source:
-    """The source object for one `sources:` entry."""
+def build_source(cfg: SourceConfig, root_run: str | None = None) -> Source:
+    """The source object for one `sources:` entry; `root_run`: for a TensorBoard source, the run label of the
+    event files right in its logdir (a dry-run's: `dryrun.root_run_name`), where not the service's `.`."""
     module, _, cls = SOURCES[cfg.type].partition(":")
     factory = getattr(importlib.import_module(module), cls)
     source: Source = factory(cfg)
+    if root_run is not None:
+        from alertd.sources.tensorboard import TensorBoardSource  # here: imported above where it is one
+
+        if isinstance(source, TensorBoardSource):
+            source.root_run = root_run
     return source
 
 
