@@ -167,6 +167,43 @@ def test_zombie_child_exit_status_is_read_without_reaping(spawner: Spawner) -> N
     handle.close()
 
 
+class ExitsRightAfterRead(Procfs):
+    """The real /proc, where the pinned child is killed right after its next read (`arm`), and that read
+    returns only once the kernel has turned it into a zombie: the read saw a process that was still running
+    and is gone on its way by the time anything looks again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.victim: subprocess.Popen[bytes] | None = None
+
+    def read(self, pid: int) -> Any:
+        info = super().read(pid)
+        victim, self.victim = self.victim, None
+        if victim is not None and victim.pid == pid:
+            victim.kill()
+            wait_for(lambda: proc_state(pid) == "Z", "the killed child to become a zombie")
+        return info
+
+
+def test_an_exit_just_after_the_read_is_an_exit_not_a_reused_pid(spawner: Spawner) -> None:
+    """A SIGKILLed child read by /proc just before it died (its pidfd readable right after) is seen as the
+    zombie it became, with its status -9: not as a pid reused by a live process (which reads as gone, status
+    unknown: the escalation's report said `exited` without `status -9`)."""
+    fs = ExitsRightAfterRead()
+    child = spawner.popen(["sleep", "30"])
+    info = fs.read(child.pid)
+    assert info is not None
+    handle = ProcessHandle(fs, info)
+    if handle._pidfd is None:
+        pytest.skip("no pidfds here: the pidfd check that raced the read is not made")
+    fs.victim = child
+    now = handle.current()
+    assert now is not None and now.zombie
+    assert handle.poll_exit() == ExitSeen(-signal.SIGKILL)
+    assert child.wait(timeout=5) == -signal.SIGKILL
+    handle.close()
+
+
 def test_non_child_exit_status_from_proc(tmp_path: Path) -> None:
     """Another process's zombie shows its waitpid status in field 52: signal 9 reads as -9."""
     fs = Procfs(fake_proc(tmp_path, {900: {"state": "Z", "exit": 9, "ppid": 1}}))

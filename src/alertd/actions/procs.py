@@ -108,13 +108,20 @@ class ProcessHandle:
 
     def current(self) -> ProcInfo | None:
         """The pinned process as /proc shows it now; None when gone or its pid was reused."""
-        now = self.procfs.read(self.pid)
-        if not self._same(now):
-            return None
-        assert now is not None
-        if not now.zombie and self._pidfd_exited():
-            return None  # ours has exited, yet a live process holds the pid: reused within one tick
-        return now
+        while True:
+            exited_before = self._pidfd_exited()
+            now = self.procfs.read(self.pid)
+            if not self._same(now):
+                return None
+            assert now is not None
+            if now.zombie:
+                return now
+            if exited_before:
+                return None  # ours had exited before the read, yet a live process holds the pid: reused in one tick
+            if not self._pidfd_exited():
+                return now  # running before and after the read: the read was of ours
+            # ours exited around the read (it showed the state of a process still on its way out): read again,
+            # now with its exit known before the read
 
     def _pidfd_exited(self) -> bool:
         if self._pidfd is None:
