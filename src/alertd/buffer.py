@@ -104,6 +104,14 @@ class BufferLimits:
     max_series_per_source: int = 20_000
     source_max_series: Mapping[str, int] = field(default_factory=dict)
     max_future_skew: float = 300.0
+    reach: int = 0
+    """The most samples of a series, the judged one included, that a rule reading back by time (a spike's baseline
+    of `5m`) reads: the service's `max_samples` (0: `max_samples`). A replay that widens its buffer keeps it at the
+    service's, so such a window holds what the service's buffer would (`alertd.replay_chunks.plan`)."""
+
+    def reaches(self) -> int:
+        """`reach`, or `max_samples` where it is 0."""
+        return self.reach or self.max_samples
 
     def series_limit(self, source: str) -> int:
         """How many series the source `source` may have."""
@@ -113,10 +121,12 @@ class BufferLimits:
 class Series:
     """One series' samples, oldest first. Read it through `times`, `values`, `steps` from `start` on."""
 
-    __slots__ = ("base", "cuts", "generation", "key", "start", "steps", "times", "values")
+    __slots__ = ("base", "cuts", "generation", "key", "reach", "start", "steps", "times", "values")
 
-    def __init__(self, key: SeriesKey) -> None:
+    def __init__(self, key: SeriesKey, reach: int = 1 << 62) -> None:
         self.key = key
+        self.reach = reach
+        """The most samples, the judged one included, a window by time reads (`BufferLimits.reach`)."""
         self.times = array("d")
         self.values = array("d")
         self.steps = array("q")
@@ -132,6 +142,11 @@ class Series:
     def end(self) -> int:
         """The absolute position after the newest sample."""
         return self.base + len(self.times) - self.start
+
+    def earliest(self, i: int) -> int:
+        """The first array index a window by time up to index `i` reads: the buffer's first, and no more than
+        `reach` samples up to and including `i` (what the service's buffer holds when `i` comes alone)."""
+        return max(self.start, i - self.reach + 1)
 
     def index(self, position: int) -> int:
         """The array index of an absolute position."""
@@ -296,7 +311,9 @@ class SeriesBuffer:
         self._evicted_now.clear()
         for metric, source, counter in counts:
             key = SeriesKey(metric, (("source", source),))
-            series = touched.get(key) or series_map.get(key) or series_map.setdefault(key, Series(key))
+            series = touched.get(key) or series_map.get(key)
+            if series is None:
+                series = series_map[key] = Series(key, self.limits.reaches())
             if math.isfinite(horizon):
                 series.append(horizon, None, float(counter[source]))
                 touched[key] = series
@@ -416,7 +433,7 @@ class SeriesBuffer:
                 return None
             self._per_source[source] += 1
             self._counted += 1
-        series = self._series[key] = Series(key)
+        series = self._series[key] = Series(key, self.limits.reaches())
         gone = self._forgotten.pop(key, None)
         if gone is not None:  # back after it was evicted: on from where it was, in a new generation
             series.generation = gone[0] + 1

@@ -126,15 +126,16 @@ def _time_ordered(samples: Iterable[Sample], buffer: SeriesBuffer, until: float 
     return [batch[k] for k in order.tolist()], times[order]
 
 
-def lookback(ruleset: RuleSet, key: SeriesKey, times: Any) -> int | None:
+def lookback(ruleset: RuleSet, key: SeriesKey, times: Any, reach: int) -> int | None:
     """How many samples before a judged one the rules on `key` read at most (`LooksBack`), given the series'
-    times; None where one of them does not say (a condition without `lookback`: `expr`, `peers`, `plateau`)."""
+    times and the samples the service's buffer holds (`reach`); None where one of them does not say (a condition
+    without `lookback`: `expr`, `peers`, `plateau`)."""
     most = 0
     for rule in ruleset.for_series(key):
         how = getattr(rule.condition, "lookback", None)
         if how is None:
             return None
-        most = max(most, how(times))
+        most = max(most, how(times, reach))
     return most
 
 
@@ -167,7 +168,8 @@ def replay(
     if fed is not None:
         fed(0, len(ordered))
     columns = Columns.of(ordered, times) if times is not None else None  # taken apart once for every piece
-    limits, cuts = plan(ordered, partial(lookback, ruleset), run.limits, times, columns, may_widen(ruleset))
+    looks_back = partial(lookback, ruleset, reach=run.limits.reaches())
+    limits, cuts = plan(ordered, looks_back, run.limits, times, columns, may_widen(ruleset))
     run.limits = run.buffer.limits = limits  # larger only where that changes nothing the rules read (`plan`)
     for i, j in cuts:
         yield from run.feed(ordered[i:j], None if columns is None else columns.piece(i, j)).transitions

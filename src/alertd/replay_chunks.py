@@ -21,7 +21,9 @@ At most `MAX_PIECE` samples in all go in one piece (one evaluation's work, whate
 **A wider buffer** (`plan`, where the replay allows it): where every series' rules read less far back than
 `max_samples`, no step goes back and every rule that may watch the runs' own series says how far back it reads, a
 larger buffer changes nothing any rule reads; the replay then gets `MAX_PIECE` more samples a series of room
-(`WIDE_BUDGET` in all), and pieces of up to `MAX_PIECE` samples of a series.
+(`WIDE_BUDGET` in all), and pieces of up to `MAX_PIECE` samples of a series. A spike's baseline of a duration
+reads back at most the samples the service's buffer holds (`BufferLimits.reach`, kept at the service's
+`max_samples`): 5 minutes of a fast series, longer than the buffer, do not keep a replay's buffer small.
 
 What pieces may still change, as the service's polls do (tests/core/test_properties.py holds the rest alike in any
 pieces): a timer due at the very time of a sample (an absence of exactly its length); a run's end marker in the
@@ -103,7 +105,7 @@ def plan(
     if widen and back is not None and not back and all(need is not None and need < most for _, need in needs):
         extra = min(MAX_PIECE, WIDE_BUDGET // len(needs) - most)
         if extra > 0:
-            limits = replace(limits, max_samples=most + extra)
+            limits = replace(limits, max_samples=most + extra, reach=limits.reaches())
     return limits, _cut(_limits(needs, limits, n), back or [], times, limits.max_age / 4)
 
 

@@ -65,9 +65,11 @@ def conditions() -> list[object]:
     gaps=st.lists(st.integers(0, 6), min_size=1, max_size=4),
     keep=st.one_of(st.integers(5, 40), st.just(1000)),
     cut=st.one_of(st.just(0), st.integers(0, 3 * VECTOR_MIN)),
+    reach=st.sampled_from([0, 0, 4, 17]),
 )
-def test_a_range_judged_at_once_is_each_sample_judged_alone(values, gaps, keep, cut) -> None:  # type: ignore[no-untyped-def]
-    series = list(fill(values, gaps, BufferLimits(max_samples=keep, max_age=1e9)))[-1][0]
+def test_a_range_judged_at_once_is_each_sample_judged_alone(values, gaps, keep, cut, reach) -> None:  # type: ignore[no-untyped-def]
+    """... in the service's buffer, and in a replay's wider one (`reach` under `max_samples`)."""
+    series = list(fill(values, gaps, BufferLimits(max_samples=keep, max_age=1e9, reach=reach)))[-1][0]
     n = len(series.times)
     lo = series.start + cut % max(1, n - series.start)
     for at_once, alone in zip(conditions(), conditions(), strict=True):  # separate memos: no shared cache
@@ -89,14 +91,17 @@ steady_st = st.one_of(
     steps=st.lists(st.sampled_from([0, 1, 1, 2, 5, -3]), min_size=1, max_size=6),
     keep=st.sampled_from([20, 1000]),
     cut=st.integers(0, 3 * VECTOR_MIN),
+    reach=st.sampled_from([0, 0, 6, 15]),
 )
-@example(values=[BIG] * 40, steps=[1], keep=1000, cut=0)  # every other window's median is inf: a "drop"
+@example(values=[BIG] * 40, steps=[1], keep=1000, cut=0, reach=0)  # every other window's median is inf: a "drop"
 def test_a_median_over_seconds_decided_by_its_windows_extremes_is_each_sample_judged_alone(
-    values: list[float], steps: list[int], keep: int, cut: int
+    values: list[float], steps: list[int], keep: int, cut: int, reach: int
 ) -> None:
     """Time-window medians judged at once: the samples the windows' least and greatest values settle, and the
-    rest, say what each sample judged alone says (huge values whose middle two overflow, times going back)."""
-    series = list(fill(values, steps, BufferLimits(max_samples=keep, max_age=1e9)))[-1][0]  # steps < 0: time back
+    rest, say what each sample judged alone says (huge values whose middle two overflow, times going back; a
+    `reach` under the buffer's size, a replay's)."""
+    limits = BufferLimits(max_samples=keep, max_age=1e9, reach=reach)
+    series = list(fill(values, steps, limits))[-1][0]  # steps < 0: time back
     n = len(series.times)
     lo = series.start + cut % max(1, n - series.start)
     for make in (

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -120,7 +121,7 @@ def test_each_series_share_of_a_piece_is_what_its_rules_leave_of_the_buffer(
     needs: dict[SeriesKey, int | None] = {}
 
     def lookback(k: SeriesKey, times: Any) -> int | None:
-        needs[k] = dryrun.lookback(ruleset, k, times)
+        needs[k] = dryrun.lookback(ruleset, k, times, max_samples)
         return needs[k]
 
     cut = list(pieces(data, lookback, limits))
@@ -147,16 +148,17 @@ def test_a_rule_that_does_not_say_how_far_back_it_reads_gets_the_smallest_pieces
     limits = BufferLimits(max_samples=1024, max_age=1e9)
     shares = [
         Counter(s.series for s in ordered[a:b])[key("loss")]
-        for a, b in pieces(ordered, partial(dryrun.lookback, ruleset), limits)
+        for a, b in pieces(ordered, partial(dryrun.lookback, ruleset, reach=1024), limits)
     ]
-    assert dryrun.lookback(ruleset, key("loss"), None) is None
+    assert dryrun.lookback(ruleset, key("loss"), None, 1024) is None
     assert max(shares) == floor(limits) == 256
 
 
 def test_a_replay_buffer_is_widened_only_where_that_changes_nothing_read() -> None:
     """A replay feeds larger pieces in a larger buffer where every rule reads less far back than the buffer holds
     and no step goes back; a window longer than the buffer, a step going back, or a rule that does not say how far
-    back it reads keep the buffer's own size (where a larger one would change the answer)."""
+    back it reads keep the buffer's own size (where a larger one would change the answer). A spike's baseline of a
+    duration longer than the buffer reads what the service's buffer holds, in a larger one too."""
     small = BufferLimits(max_samples=56, max_age=1e9)
     loss, tps = key("loss"), key("tps")
     steady = [Sample(loss, 1000.0 + i, i, 2.0 + (i % 5) / 10) for i in range(600)]
@@ -164,14 +166,18 @@ def test_a_replay_buffer_is_widened_only_where_that_changes_nothing_read() -> No
 
     def widened(ruleset: RuleSet, data: list[Sample]) -> int:
         ordered = sorted(data, key=lambda s: s.time)
-        return plan(ordered, partial(dryrun.lookback, ruleset), small, widen=dryrun.may_widen(ruleset))[0].max_samples
+        lookback = partial(dryrun.lookback, ruleset, reach=small.max_samples)
+        return plan(ordered, lookback, small, widen=dryrun.may_widen(ruleset))[0].max_samples
 
     assert widened(RuleSet(spike), steady) == 56 + MAX_PIECE
     # a drop from 100 to 60 tokens/s: a 30 s median over 55 samples (all the buffer holds) follows it in 28
-    # samples; over the 300 samples of 30 s at 10 a second it would take 150
+    # samples; over the 300 samples of 30 s at 10 a second it would take 150. The spike reads 55 samples back,
+    # in any buffer; an average over 30 s reads all 300 where they are held: no wider buffer for it
     drop = [Sample(tps, 1000.0 + i / 10, i, 100.0 if i < 250 else 60.0) for i in range(600)]
     slow = RuleSet([rule("{name: tp, metric: tps, condition: {spike: {ratio: 0.7, direction: down, baseline: 30s}}}")])
-    assert widened(slow, drop) == 56
+    assert widened(slow, drop) == 56 + MAX_PIECE
+    mean = RuleSet([rule("{name: m, metric: tps, condition: {avg: {over: 30s, baseline: 30s}, op: <, ratio: 0.7}}")])
+    assert widened(mean, drop) == 56
     # a restart from step 150 after step 199: the service's buffer keeps 6 samples before it (too few for a
     # baseline of 30), a larger one 150 (a baseline, and a spike)
     restart = [Sample(loss, 1000.0 + i, i, 1.0) for i in range(200)]
@@ -183,9 +189,14 @@ def test_a_replay_buffer_is_widened_only_where_that_changes_nothing_read() -> No
     assert widened(RuleSet(spike), odd) == 56
     plateau = RuleSet([*spike, rule("{name: p, metric: run.stalled, condition: {plateau: {patience: 3}}}")])
     assert widened(plateau, steady) == 56  # the runs' own series: their rules must say
-    for ruleset, data in ((RuleSet(spike), steady), (few, restart), (plateau, steady)):
+    for ruleset, data in ((RuleSet(spike), steady), (slow, drop), (mean, drop), (few, restart), (plateau, steady)):
         assert rows(dryrun.replay(ruleset, data, small)) == one_at_a_time(ruleset, data, small)
-    # where the buffer keeps its size, a larger one would have changed the answer
+    fired = [r[3] for r in one_at_a_time(slow, drop, small) if r[2] == "firing"]
+    assert fired == [250]  # and its median follows the drop within 28 samples, as in the service
+    # where the buffer keeps its size, a larger one would have changed the answer; the spike's does not
     large = BufferLimits(max_samples=56 + MAX_PIECE, max_age=1e9)
-    for ruleset, data in ((slow, drop), (few, restart)):
+    for ruleset, data in ((mean, drop), (few, restart)):
         assert one_at_a_time(ruleset, data, large) != one_at_a_time(ruleset, data, small)
+    reaching = replace(large, reach=56)
+    assert one_at_a_time(slow, drop, reaching) == one_at_a_time(slow, drop, small)
+    assert one_at_a_time(slow, drop, large) != one_at_a_time(slow, drop, small)

@@ -36,18 +36,26 @@ def _same(got: float | None, want: float | None) -> bool:
     stat=st.sampled_from(["median", "mean"]),
     need=st.integers(1, 6),
     keep=st.integers(3, 100),
+    wider=st.sampled_from([0, 0, 7, 60]),
 )
-def test_the_running_baseline_equals_the_from_scratch_one(values, gaps, samples, seconds, stat, need, keep) -> None:  # type: ignore[no-untyped-def]
+def test_the_running_baseline_equals_the_from_scratch_one(
+    values, gaps, samples, seconds, stat, need, keep, wider
+) -> None:  # type: ignore[no-untyped-def]
+    """... in a buffer of `keep` samples, and in one `wider` (a replay's) whose `reach` is `keep`: a baseline of
+    seconds reads back no further than `keep` samples up to the judged one, whatever the buffer holds."""
     secs = None if samples is not None else seconds
     spike = Spike(2.0, "up", samples, secs, stat, need)  # type: ignore[arg-type]
-    for s, i in fill(values, gaps, BufferLimits(max_samples=keep, max_age=1e9)):
-        want = spike_baseline(s.times, s.values, s.start, i, samples, secs, stat, need)
-        assert _same(spike.baseline(s, i), want), (i, spike.baseline(s, i), want)
+
+    def want(s, i):  # type: ignore[no-untyped-def]
+        first = s.start if secs is None else max(s.start, i - keep + 1)
+        return spike_baseline(s.times, s.values, first, i, samples, secs, stat, need)
+
+    for s, i in fill(values, gaps, BufferLimits(max_samples=keep + wider, max_age=1e9, reach=keep)):
+        assert _same(spike.baseline(s, i), want(s, i)), (i, spike.baseline(s, i), want(s, i))
     order = list(range(s.start, len(s.times)))
     random.Random(len(values)).shuffle(order)
     for i in order:  # back and forth: rebuilt where it can't advance, the same answers
-        want = spike_baseline(s.times, s.values, s.start, i, samples, secs, stat, need)
-        assert _same(spike.baseline(s, i), want), (i, spike.baseline(s, i), want)
+        assert _same(spike.baseline(s, i), want(s, i)), (i, spike.baseline(s, i), want(s, i))
 
 
 def test_out_of_order_steps_and_a_restart_give_the_from_scratch_baseline() -> None:

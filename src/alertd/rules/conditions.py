@@ -52,11 +52,13 @@ class Condition(Protocol):
 class LooksBack(Protocol):
     """A condition that says how far back its judgement of a sample reads (`lookback`): at most that many of the
     series' samples before the judged one. `times` are the series' times (ascending, a float64 numpy array), for
-    windows of a duration. A replay feeds a series in pieces small enough that the buffer still holds them all
-    (`alertd.replay_chunks`); a condition without `lookback` (`plateau`, which rebuilds its state from the whole
-    buffer after a restart; `expr`, `peers`) is fed in the smallest pieces."""
+    windows of a duration; `reach`, the samples up to and including a judged one that the service's buffer holds
+    (`BufferLimits.reach`), for windows that read no further back than that (a spike's baseline of a duration).
+    A replay feeds a series in pieces small enough that the buffer still holds them all (`alertd.replay_chunks`);
+    a condition without `lookback` (`plateau`, which rebuilds its state from the whole buffer after a restart;
+    `expr`, `peers`) is fed in the smallest pieces."""
 
-    def lookback(self, times: Any) -> int: ...
+    def lookback(self, times: Any, reach: int) -> int: ...
 
 
 VECTOR_MIN = 32
@@ -114,7 +116,7 @@ class Threshold:
         """`> 100`."""
         return f"{self.op} {self.value:g}"
 
-    def lookback(self, times: Any) -> int:
+    def lookback(self, times: Any, reach: int) -> int:
         """Only the judged sample (`LooksBack`)."""
         return 0
 
@@ -137,7 +139,7 @@ class Nonfinite:
         """`nonfinite`."""
         return "nonfinite"
 
-    def lookback(self, times: Any) -> int:
+    def lookback(self, times: Any, reach: int) -> int:
         """Only the judged sample (`LooksBack`)."""
         return 0
 
@@ -164,7 +166,7 @@ class Trend:
         """`increasing`."""
         return self.direction + (f" (min_delta {self.min_delta:g})" if self.min_delta else "")
 
-    def lookback(self, times: Any) -> int:
+    def lookback(self, times: Any, reach: int) -> int:
         """The sample before (`LooksBack`)."""
         return 1
 
@@ -226,14 +228,15 @@ class Spike:
         whatever the median. A steady series' 5 minutes are judged without moving its median at all (the
         greatest and least of every window at once, `range_max`); times going back leave all undecided."""
         times, values = series.times, series.values
-        first = bisect_left(times, times[lo] - seconds, series.start, lo)
+        first = bisect_left(times, times[lo] - seconds, series.earliest(lo), lo)
         t = np.frombuffer(times[first:hi], np.float64)  # copies: the buffer may grow
         if not bool((t[1:] >= t[:-1]).all()):
             return range(lo, hi)
         v = np.frombuffer(values[first:hi], np.float64)
         at = lo - first
         his = np.arange(at, len(t))
-        los = np.minimum(np.searchsorted(t, t[at:] - seconds, side="left"), his)  # bisect_left's window starts
+        los = np.searchsorted(t, t[at:] - seconds, side="left")  # bisect_left's window starts, within reach:
+        los = np.minimum(np.maximum(los, his - (series.reach - 1)), his)
         latest, some = v[at:], his > los
         sure = np.zeros(len(latest), dtype=bool)
         sure[some] = self._no_spike(v, latest[some], los[some], his[some])
@@ -260,6 +263,7 @@ class Spike:
         and `_judge` of each finite sample, in one loop (a spike over a fast series' 5 minutes judges every sample
         so: a call less per sample counts)."""
         values, times, start, out = series.values, series.times, series.start, []
+        reach = series.reach - 1
         seconds, samples, least = self.seconds, self.samples or 0, max(self.min_samples, 1)
         ratio, up = self.ratio, self.direction == "up"
         with self.memo.lock:
@@ -270,7 +274,7 @@ class Spike:
                 if latest - latest != 0.0:
                     continue
                 if seconds is not None:
-                    move(series, bisect_left(times, times[i] - seconds, start, i), i)
+                    move(series, bisect_left(times, times[i] - seconds, max(start, i - reach), i), i)
                 else:
                     move(series, max(start, i - samples), i)
                 n = window.count
@@ -327,7 +331,7 @@ class Spike:
 
     def _baseline(self, window: Running, series: Series, i: int) -> float | None:
         if self.seconds is not None:
-            lo = bisect_left(series.times, series.times[i] - self.seconds, series.start, i)
+            lo = bisect_left(series.times, series.times[i] - self.seconds, series.earliest(i), i)
         else:
             lo = max(series.start, i - (self.samples or 0))
         window.move(series, lo, i)
@@ -345,10 +349,10 @@ class Spike:
         window = f"{self.samples} samples" if self.seconds is None else f"{self.seconds:g}s"
         return f"spike {self.direction} x{self.ratio:g} over the {self.stat} of {window}"
 
-    def lookback(self, times: Any) -> int:
-        """The baseline's window (`LooksBack`)."""
+    def lookback(self, times: Any, reach: int) -> int:
+        """The baseline's window (`LooksBack`); by time, no more than `reach - 1` samples (`Series.earliest`)."""
         if self.seconds is not None:
-            return seconds_lookback(self.seconds, times)
+            return min(seconds_lookback(self.seconds, times), reach - 1)
         return self.samples or 0
 
 
@@ -366,6 +370,6 @@ class Absent:
         """`absent for 600s`."""
         return f"absent for {self.seconds:g}s"
 
-    def lookback(self, times: Any) -> int:
+    def lookback(self, times: Any, reach: int) -> int:
         """No sample before the newest: an absence is judged on time, from the newest sample's (`LooksBack`)."""
         return 0

@@ -497,7 +497,7 @@ class WindowAggregate:
             return f"{head} {self.value:g}"
         return f"{head} {self.ratio:g}x the {self.baseline.describe()} before"
 
-    def lookback(self, times: Any) -> int:
+    def lookback(self, times: Any, reach: int) -> int:
         """At most how many samples before a judged one its window and baseline read (`LooksBack`)."""
         bspan = self._how[4]
         return self.over.lookback(times) + (0 if bspan is None else bspan.lookback(times))
@@ -571,6 +571,6 @@ class ZScore:
         """`zscore over 100 samples beyond 3 (both)`."""
         return f"zscore over {self.over.describe()} beyond {self.threshold:g} ({self.direction})"
 
-    def lookback(self, times: Any) -> int:
+    def lookback(self, times: Any, reach: int) -> int:
         """At most how many samples before a judged one its window reads (`LooksBack`)."""
         return self.over.lookback(times)
