@@ -13,9 +13,9 @@ themselves wherever it is None.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, Self
 
 from alertd._np import np
 from alertd.model import Sample, SeriesKey
@@ -66,6 +66,11 @@ class Columns:
         steps = None if self.steps is None else self.steps[a:b]
         return Columns(self.samples, self.start + a, self.ids[a:b], self.times[a:b], steps, self.values[a:b])
 
+    def take(self, rows: Any, samples: Sequence[Sample]) -> Columns:
+        """These columns' `rows` (an index array), in that order, for `samples`: those rows' samples, in order."""
+        steps = None if self.steps is None else self.steps[rows]
+        return Columns(samples, 0, self.ids[rows], self.times[rows], steps, self.values[rows])
+
     def groups(self) -> tuple[dict[int, SeriesKey], Any]:
         """(each key object by its id, in order of first appearance; each row's place in that order as an intp
         array, or None where every row has one key object). Computed once per piece."""
@@ -84,3 +89,66 @@ class Columns:
                 keys = {int(uniq[k]): samples[base + int(first[k])].series for k in order.tolist()}
                 self._groups = keys, place[inverse.reshape(-1)]
         return self._groups
+
+
+class ColumnList(list[Sample]):
+    """A list of samples that holds the columns of the rows a source decoded a column at a time (`note`), so that
+    a replay does not take those rows apart again: `columns()` takes apart only the other rows.
+
+    Only appends may follow a `note` (a source's list, read by a replay); `columns()` checks the first and the
+    last row of each noted run against its columns and, where the list no longer matches them, takes every row
+    apart (`Columns.of`): the same columns, slower."""
+
+    __slots__ = ("_noted",)
+
+    def __init__(self, samples: Iterable[Sample] = ()) -> None:
+        super().__init__(samples)
+        self._noted: list[tuple[int, Any, Any, Any, Any]] = []
+
+    def note(self, start: int, ids: Any, times: Any, steps: Any, values: Any) -> None:
+        """Rows [start, start + len(ids)) are (the key object of id `ids[k]`, `times[k]`, `steps[k]`, `values[k]`):
+        uint64, float64, int64 and float64 numpy arrays."""
+        if len(ids):
+            self._noted.append((start, ids, times, steps, values))
+
+    def __iadd__(self, other: Iterable[Sample]) -> Self:  # type: ignore[override,misc]
+        """Append `other`'s rows, with its notes where it is a `ColumnList` too."""
+        if isinstance(other, ColumnList):
+            at = len(self)
+            self._noted += [(start + at, *rest) for start, *rest in other._noted]
+        return super().__iadd__(other)
+
+    def columns(self) -> Columns | None:
+        """All of this list's rows as `Columns` (None where `Columns.of` gives None), the noted ones from their
+        columns."""
+        parts: list[tuple[Any, Any, Any, Any]] = []
+        pos, n = 0, len(self)
+        for noted in sorted(self._noted, key=lambda noted: noted[0]):
+            start, size = noted[0], len(noted[1])
+            if start < pos or start + size > n or not (self._matches(noted, 0) and self._matches(noted, size - 1)):
+                return Columns.of(self)  # the list changed under its notes
+            if pos < start and not self._taken_apart(pos, start, parts):
+                return None
+            parts.append(noted[1:])
+            pos = start + size
+        if not parts:
+            return Columns.of(self)
+        if pos < n and not self._taken_apart(pos, n, parts):
+            return None
+        ids, times, steps, values = zip(*parts, strict=True)
+        known = None if any(s is None for s in steps) else np.concatenate(steps)
+        return Columns(self, 0, np.concatenate(ids), np.concatenate(times), known, np.concatenate(values))
+
+    def _matches(self, noted: tuple[int, Any, Any, Any, Any], k: int) -> bool:
+        start, ids, times, steps, values = noted
+        s = self[start + k]
+        v, w = s.value, float(values[k])
+        same_value = v == w or (v != v and w != w)
+        return id(s.series) == int(ids[k]) and s.time == float(times[k]) and s.step == int(steps[k]) and same_value
+
+    def _taken_apart(self, a: int, b: int, parts: list[tuple[Any, Any, Any, Any]]) -> bool:
+        got = Columns.of(self[a:b])
+        if got is None:
+            return False
+        parts.append((got.ids, got.times, got.steps, got.values))
+        return True

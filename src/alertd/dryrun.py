@@ -17,7 +17,7 @@ from typing import Any
 
 from alertd._np import np
 from alertd.buffer import DROPPED_METRIC, EVICTED_METRIC, MAX_TIME, BufferLimits, SeriesBuffer
-from alertd.columns import Columns
+from alertd.columns import ColumnList, Columns
 from alertd.model import (
     Restart,
     Sample,
@@ -102,28 +102,39 @@ def _usable_times(samples: Iterable[Sample], buffer: SeriesBuffer) -> Iterator[S
             yield s._replace(time=time)
 
 
-def _time_ordered(samples: Iterable[Sample], buffer: SeriesBuffer, until: float | None) -> tuple[list[Sample], Any]:
-    """The usable samples (`_usable_times`) up to `until`, sorted by time (a stable sort), and their times as a
-    float64 numpy array where it had them (else None).
+def _time_ordered(
+    samples: Iterable[Sample], buffer: SeriesBuffer, until: float | None
+) -> tuple[list[Sample], Columns | None]:
+    """The usable samples (`_usable_times`) up to `until`, sorted by time (a stable sort), and their columns where
+    it had their times as floats (else None): a source's `ColumnList` gives those of the rows it decoded a column
+    at a time, the others are taken apart here.
 
     Where every time is usable (the common case) this is done on a column of the times: the same
     samples in the same order as the sample-by-sample way, which any other input takes."""
+    columns = samples.columns() if isinstance(samples, ColumnList) else None
     batch = samples if type(samples) is list else list(samples)
-    try:
-        times = np.frombuffer(array("d", map(_TIME, batch)), np.float64)
-    except (TypeError, ValueError, OverflowError, AttributeError):
-        times = None
+    if columns is None:
+        try:
+            columns = Columns.of(batch, np.frombuffer(array("d", map(_TIME, batch)), np.float64))
+        except (TypeError, ValueError, OverflowError, AttributeError):
+            columns = None
+    times = None if columns is None else columns.times
     if times is None or not bool(((times > -MAX_TIME) & (times <= MAX_TIME)).all()):
         usable = _usable_times(batch, buffer)
         return sorted((s for s in usable if until is None or s.time <= until), key=_TIME), None
+    assert columns is not None
     if until is not None:
         keep = np.flatnonzero(times <= until)
         if len(keep) < len(batch):
-            batch, times = [batch[k] for k in keep.tolist()], times[keep]
+            batch = [batch[k] for k in keep.tolist()]
+            columns = columns.take(keep, batch)
+            times = columns.times
     if len(times) < 2 or bool((times[1:] >= times[:-1]).all()):
-        return list(batch), times
+        ordered = list(batch)
+        return ordered, columns.take(slice(None), ordered)
     order = np.argsort(times, kind="stable")
-    return [batch[k] for k in order.tolist()], times[order]
+    ordered = [batch[k] for k in order.tolist()]
+    return ordered, columns.take(order, ordered)
 
 
 def lookback(ruleset: RuleSet, key: SeriesKey, times: Any, reach: int) -> int | None:
@@ -164,10 +175,10 @@ def replay(
     `fed(done, total)`, where given, is called before the first sample and after each chunk with the number
     of samples fed so far and the number to feed (a progress bar's; it must not raise)."""
     run = Replay(ruleset, limits or BufferLimits(), stall_after=stall_after)
-    ordered, times = _time_ordered(samples, run.buffer, until)
+    ordered, columns = _time_ordered(samples, run.buffer, until)  # taken apart once for every piece
+    times = None if columns is None else columns.times
     if fed is not None:
         fed(0, len(ordered))
-    columns = Columns.of(ordered, times) if times is not None else None  # taken apart once for every piece
     looks_back = partial(lookback, ruleset, reach=run.limits.reaches())
     limits, cuts = plan(ordered, looks_back, run.limits, times, columns, may_widen(ruleset))
     run.limits = run.buffer.limits = limits  # larger only where that changes nothing the rules read (`plan`)

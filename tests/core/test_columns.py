@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import Any
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alertd.columns import Columns
+from alertd.columns import ColumnList, Columns
 from alertd.model import Sample, SeriesKey
 
 # equal keys held by different objects stay apart: a key object is what the columns group by
@@ -50,3 +52,52 @@ def test_a_time_or_value_that_is_not_a_number_gives_no_columns() -> None:
     assert Columns.of([Sample(_KEYS[0], 1.0, 1, "x")]) is None  # type: ignore[arg-type]
     assert Columns.of([Sample(_KEYS[0], None, 1, 1.0)]) is None  # type: ignore[arg-type]
     assert Columns.of([Sample(_KEYS[0], 1.0, 2**70, 1.0)]).steps is None  # type: ignore[union-attr]
+
+
+def _bits(c: Columns | None) -> tuple[bytes, ...] | None:
+    if c is None:
+        return None
+    return (c.ids.tobytes(), c.times.tobytes(), b"" if c.steps is None else c.steps.tobytes(), c.values.tobytes())
+
+
+def _noted(samples: list[Sample]) -> ColumnList:
+    """`samples` in a `ColumnList` that was told their columns, as a source's bulk decoding tells it."""
+    out = ColumnList(samples)
+    whole = Columns.of(samples)
+    assert whole is not None and whole.steps is not None
+    out.note(0, whole.ids, whole.times, whole.steps, whole.values)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    chunks=st.lists(
+        st.tuples(st.booleans(), st.lists(st.tuples(st.integers(0, 3), st.floats(allow_nan=True)), max_size=8)),
+        max_size=6,
+    ),
+    change=st.sampled_from(["none", "sort", "replace", "delete", "append"]),
+)
+def test_a_column_list_gives_its_samples_columns_noted_or_not(chunks: list[tuple[bool, Any]], change: str) -> None:
+    """Chunks appended with `+=`, some with their columns noted (a source's bulk decoding), some not: the columns are
+    those of the samples, bit for bit; after a change no note foresaw too (the noted rows are checked)."""
+    out, n, plain = ColumnList(), 0, 0
+    for noted, rows in chunks:
+        samples = [Sample(_KEYS[k], 1.7e9 + n + i, n + i, v) for i, (k, v) in enumerate(rows)]
+        n += len(samples)
+        out += _noted(samples) if noted and samples else samples
+        plain += 0 if noted else len(samples)
+    if change == "none" and plain < n:  # the noted rows are not taken apart again
+        taken: list[int] = []
+        real = Columns.of
+        with mock.patch.object(Columns, "of", lambda rows, times=None: taken.append(len(rows)) or real(rows, times)):
+            out.columns()
+        assert sum(taken) == plain
+    if change == "sort" and len(out) > 1:
+        out.sort(key=lambda s: -s.time)
+    elif change == "replace" and len(out):
+        out[len(out) - 1] = Sample(_KEYS[2], 5.0, 5, 5.0)
+    elif change == "delete" and len(out):
+        del out[0]
+    elif change == "append":
+        out.append(Sample(_KEYS[1], 9.0, None, 1.0))  # a step that is not an int: no steps column
+    assert _bits(out.columns()) == _bits(Columns.of(list(out)))

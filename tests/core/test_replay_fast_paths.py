@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from alertd import buffer as buffer_module
 from alertd import dryrun
 from alertd.buffer import BufferLimits, SeriesBuffer
-from alertd.columns import Columns
+from alertd.columns import ColumnList, Columns
 from alertd.config import load_config
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.rules import RuleSet
@@ -177,6 +177,15 @@ def test_small_batches_column_wise_are_appended_as_sample_by_sample(spec, cuts, 
     assert buffer_state(fast) == buffer_state(slow)
 
 
+def _noted(samples: list[Sample]) -> ColumnList:
+    """`samples` in a `ColumnList` told their columns, as a source's bulk decoding tells it."""
+    out = ColumnList(samples)
+    whole = Columns.of(samples)
+    if whole is not None and whole.steps is not None:
+        out.note(0, whole.ids, whole.times, whole.steps, whole.values)
+    return out
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     times=st.lists(
@@ -191,9 +200,19 @@ def test_the_time_order_is_the_sorted_usable_samples(times, until) -> None:  # t
         (s for s in dryrun._usable_times(data, SeriesBuffer()) if until is None or s.time <= until),
         key=lambda s: s.time,
     )
-    got, column = dryrun._time_ordered(data, SeriesBuffer(), until)
+    got, columns = dryrun._time_ordered(data, SeriesBuffer(), until)
     assert [(s.series, s.time, s.step) for s in got] == [(s.series, s.time, s.step) for s in expected]
-    assert column is None or column.tolist() == [s.time for s in got]  # the times column, where it has one
+    if columns is not None:  # the columns, where it has them, are those of the ordered samples
+        want = Columns.of(got)
+        assert want is not None and columns.times.tolist() == want.times.tolist() == [s.time for s in got]
+        assert columns.ids.tolist() == want.ids.tolist() and columns.values.tolist() == want.values.tolist()
+        assert columns.steps is not None and want.steps is not None and columns.steps.tolist() == want.steps.tolist()
+        assert columns.samples is got
+    for noted in (ColumnList(data), _noted(data)):  # a source's list: the same samples, the same columns
+        again, its = dryrun._time_ordered(noted, SeriesBuffer(), until)
+        assert again == got and (its is None) == (columns is None)
+        if its is not None and columns is not None:
+            assert its.ids.tolist() == columns.ids.tolist() and its.times.tolist() == columns.times.tolist()
     assert [type(s.time) for s in got] == [type(s.time) for s in expected]
 
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
+from alertd.columns import ColumnList, Columns
 from alertd.model import Sample, SeriesKey
 from alertd.sources.tensorboard import events as events_module
 from alertd.sources.tensorboard import tfrecord
@@ -100,14 +101,26 @@ def test_a_bad_data_crc_inside_a_run_is_found() -> None:
 
 
 def _decode(payloads: list[bytes], bulk: bool) -> tuple[list[tuple[Any, ...]], list[tuple[int, float]], int]:
-    out: list[Sample] = []
+    """What the decoder makes of `payloads`; into a `ColumnList` (as the source reads): its columns are those of
+    its samples."""
+    out: list[Sample] = ColumnList()
     starts: list[tuple[int, float]] = []
     with mock.patch.object(events_module, "_BULK_MIN", 1 if bulk else _NO_RUNS):
         bad = EventDecoder(RunTags(), SeriesKey).decode_all(payloads, out, starts)
     assert all(type(s) is Sample for s in out)
+    assert isinstance(out, ColumnList)
+    _same_columns(out.columns(), Columns.of(list(out)))
     # NaN-proof: each value by its bits (a NaN's sign and payload included)
     flat = [(s.series, s.time, type(s.step), s.step, struct.pack("<d", s.value)) for s in out]
     return flat, starts, bad
+
+
+def _same_columns(got: Columns | None, want: Columns | None) -> None:
+    assert (got is None) == (want is None)
+    if got is not None and want is not None:
+        assert len(got) == len(want) and got.steps is not None and want.steps is not None
+        for a, b in ((got.ids, want.ids), (got.times, want.times), (got.steps, want.steps), (got.values, want.values)):
+            assert a.tobytes() == b.tobytes()  # bit for bit: a NaN's sign and payload too
 
 
 _row = st.tuples(
@@ -167,12 +180,18 @@ def test_bulk_decode_reads_runs_as_matrices(kit: SimpleNamespace) -> None:
         one_by_one.append(len(chunk))
         return original(self, chunk, out, starts)
 
-    out: list[Sample] = []
+    out: list[Sample] = ColumnList()
     with mock.patch.object(EventDecoder, "_decode", counted):
         assert EventDecoder(RunTags(), SeriesKey).decode_all(payloads, out, []) == 0
     # the length changes at steps 128 and 16384 only: a few payloads one by one, the rest in bulk
     assert sum(one_by_one) < 10
     assert len(out) == 4000
+    # the rows decoded as matrices come with their columns: those of the others only are taken apart
+    assert isinstance(out, ColumnList)
+    taken_apart: list[int] = []
+    with mock.patch.object(Columns, "of", lambda samples, times=None: taken_apart.append(len(samples))):
+        out.columns()
+    assert sum(taken_apart) < 20
     assert [(s.series.metric, s.step, s.value) for s in out[-2:]] == [("loss", 1999, 1999 / 7), ("lr", 1999, -1.999)]
 
 

@@ -32,6 +32,7 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 
 from alertd._np import np
+from alertd.columns import ColumnList
 from alertd.model import Sample, SeriesKey
 from alertd.runs.eventnames import EventFileName as EventFileName  # re-exported: names are parsed there
 from alertd.runs.eventnames import is_event_file as is_event_file
@@ -267,23 +268,28 @@ class EventDecoder:
     def _emit_rows(rows: np.ndarray, plan: _Plan, out: list[Sample]) -> None:
         k, size = rows.shape
         buf = rows.data
-        walls = np.ndarray((k,), "<f8", buf, plan.wall, (size,)).tolist() if plan.wall >= 0 else [0.0] * k
+        wall_arr = np.ndarray((k,), "<f8", buf, plan.wall, (size,)).astype(np.float64) if plan.wall >= 0 else None
+        walls = wall_arr.tolist() if wall_arr is not None else [0.0] * k
         start, width = plan.step
         steps_arr = np.zeros(k, np.uint64)
         for b in range(width):
             steps_arr |= (rows[:, start + b] & 0x7F).astype(np.uint64) << np.uint64(7 * b)
-        steps = steps_arr.astype(np.int64).tolist()
-        m = len(plan.keys)
+        step_arr = steps_arr.astype(np.int64)
+        steps = step_arr.tolist()
+        m, base = len(plan.keys), len(out)
+        columns = [np.ndarray((k,), dtype, buf, offset, (size,)).astype(np.float64) for offset, dtype in plan.values]
         if m == 1:
-            ((offset, dtype),) = plan.values
-            values = np.ndarray((k,), dtype, buf, offset, (size,)).astype(np.float64).tolist()
-            out.extend(map(_TUPLE_NEW, repeat(Sample), zip(repeat(plan.keys[0]), walls, steps, values)))
-            return
-        base = len(out)
-        out += repeat(None, k * m)  # type: ignore[arg-type]  # each slot is filled below
-        for c, (offset, dtype) in enumerate(plan.values):
-            values = np.ndarray((k,), dtype, buf, offset, (size,)).astype(np.float64).tolist()
-            out[base + c :: m] = list(map(_TUPLE_NEW, repeat(Sample), zip(repeat(plan.keys[c]), walls, steps, values)))
+            out.extend(map(_TUPLE_NEW, repeat(Sample), zip(repeat(plan.keys[0]), walls, steps, columns[0].tolist())))
+        else:
+            out += repeat(None, k * m)  # type: ignore[arg-type]  # each slot is filled below
+            for c, values in enumerate(columns):
+                keyed = zip(repeat(plan.keys[c]), walls, steps, values.tolist())
+                out[base + c :: m] = list(map(_TUPLE_NEW, repeat(Sample), keyed))
+        if isinstance(out, ColumnList):  # a replay's: the rows' columns, as they are (row r, key c: r * m + c)
+            ids = np.tile(np.array([id(key) for key in plan.keys], np.uint64), k)
+            times = np.repeat(wall_arr if wall_arr is not None else np.zeros(k), m)
+            values = columns[0] if m == 1 else np.stack(columns, axis=1).reshape(-1)
+            out.note(base, ids, times, np.repeat(step_arr, m), values)
 
     def _decode(self, payloads: Iterable[bytes], out: list[Sample], starts: list[tuple[int, float]]) -> int:
         """`decode_all`, payload by payload (upb, or a layout learnt from it)."""

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from alertd import progress
+from alertd.columns import ColumnList
 from alertd.gcpause import gc_paused
 from alertd.model import Sample, SeriesKey, encodable, make_labels
 from alertd.runs.writers import WriterClaim
@@ -174,7 +175,7 @@ class _Tail:
                 budget -= len(data)
                 res = scan(data, self.resyncing)
                 corrupt += self._damage(res.corruptions)
-                samples: list[Sample] = []
+                samples: list[Sample] = ColumnList()
                 new_starts: list[tuple[int, float]] = []
                 corrupt += self._decode(res.payloads, samples, new_starts, self.offset + res.consumed)
                 out += samples
@@ -332,7 +333,7 @@ class TensorBoardSource:
             touched += self._fresh
             self._fresh = []
             self._sort()
-            out: list[Sample] = []
+            out: list[Sample] = ColumnList()
             self._read_tails(sorted(set(touched), key=lambda t: t.order), out)
             return out
 
@@ -340,7 +341,7 @@ class TensorBoardSource:
         """A full poll (the lock held): find new runs and files, then read every file's new bytes. With
         `relist`, every directory is listed whatever its mtime says (the logdir was replaced: the new
         one's mtime, of the clock's coarse grain, may be the old one's)."""
-        out: list[Sample] = []
+        out: list[Sample] = ColumnList()  # with the columns of the rows decoded a column at a time (a replay's)
         if self._discover(relist):
             self._fresh = []
             self._read_tails(self._ordered, out)
