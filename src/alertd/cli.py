@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TextIO
 from pydantic import TypeAdapter, ValidationError
 
 from alertd import __version__, progress
+from alertd.columns import ColumnList
 from alertd.config import Config, load_config
 from alertd.dryrun import dumps, replay, root_run_name, transition_text
 from alertd.durations import parse_duration
@@ -375,7 +376,7 @@ def _collect(
     """The samples of the sources; `dirs`, where given, gets the directory of each samples file by the (source,
     run) of its samples (where a `recover` notifier's ledger is, by default)."""
     configs = [_source_from_spec(cfg, spec) for spec in specs] if specs else list(cfg.sources)
-    out: list[Sample] = []
+    out: list[Sample] = ColumnList()  # with the columns a source's reads come with (`alertd.columns`)
     for src in configs:
         if src.type not in REPLAYABLE:
             _note(bar, f"note: source {src.name!r} ({src.type}) has no history to replay; skipped")
@@ -424,7 +425,8 @@ longer than one poll reads) is polled again until it has read everything there w
 async def _poll_all(cfg: SourceConfig, bar: Progress | None = None, root_run: str | None = None) -> list[Sample]:
     source = build_source(cfg, root_run)
     try:
-        out = list(await source.poll(time.time()))
+        out: list[Sample] = ColumnList()
+        out += await source.poll(time.time())
         for _ in range(_MAX_POLLS):
             if not getattr(source, "behind", False):
                 break

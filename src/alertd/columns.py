@@ -105,6 +105,10 @@ class ColumnList(list[Sample]):
         super().__init__(samples)
         self._noted: list[tuple[int, Any, Any, Any, Any]] = []
 
+    def __repr__(self) -> str:
+        """Short: asyncio's `reprlib` writes out a list subclass whole (a task's result: a million samples)."""
+        return f"<ColumnList of {len(self)} samples, {len(self._noted)} noted runs>"
+
     def note(self, start: int, ids: Any, times: Any, steps: Any, values: Any) -> None:
         """Rows [start, start + len(ids)) are (the key object of id `ids[k]`, `times[k]`, `steps[k]`, `values[k]`):
         uint64, float64, int64 and float64 numpy arrays."""
