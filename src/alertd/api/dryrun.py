@@ -24,6 +24,7 @@ from pydantic import TypeAdapter
 from alertd.actions.config import RecoverConfig, action_receivers
 from alertd.actions.recover import ledger_dir
 from alertd.api.models import MAX_TIME
+from alertd.columns import ColumnList
 from alertd.config import Config
 from alertd.config.merge import _merge
 from alertd.config.validate import _validate
@@ -79,7 +80,7 @@ class DryRunJob:
         """The transitions, would-be notifications and recoveries, as the JSON response."""
         config = rules_from_text(self.rules)
         until = _until(self.until)
-        samples = self._inline()
+        samples: list[Sample] = ColumnList(self._inline())  # and the columns the source's reads come with
         if self.source is not None:
             samples += self._from_source(*self.source)
         transitions = list(replay(RuleSet(config.rules), samples, config.buffer, until, config.stall_after))
@@ -149,11 +150,14 @@ class DryRunJob:
 async def _poll_once(cfg: SourceConfig, root_run: str | None = None) -> list[Sample]:
     source = build_source(cfg, root_run)
     try:
-        out = [_checked(s) for s in await source.poll(time.time())]
-        for _ in range(MAX_POLLS):  # a source that reads a bounded amount per poll says it has more
-            if not getattr(source, "behind", False):
+        out: list[Sample] = ColumnList()  # with the columns a source's reads come with (`alertd.columns`)
+        for polls in range(1 + MAX_POLLS):  # a source that reads a bounded amount per poll says it has more
+            if polls and not getattr(source, "behind", False):
                 break
-            out += [_checked(s) for s in await source.poll(time.time())]
+            got = await source.poll(time.time())
+            for s in got:
+                _checked(s)
+            out += got
         return out
     except SourceError as exc:
         raise DryRunError(400, [f"the source can't be read: {exc}"]) from exc
