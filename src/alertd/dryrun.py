@@ -111,9 +111,10 @@ def _time_ordered(
 
     Where every time is usable (the common case) this is done on a column of the times: the same
     samples in the same order as the sample-by-sample way, which any other input takes."""
-    columns = samples.columns() if isinstance(samples, ColumnList) else None
-    batch = samples if type(samples) is list else list(samples)
-    if columns is None:
+    batch = samples if isinstance(samples, list) else list(samples)  # copied below, in order
+    if isinstance(batch, ColumnList):
+        columns = batch.columns()
+    else:
         try:
             columns = Columns.of(batch, np.frombuffer(array("d", map(_TIME, batch)), np.float64))
         except (TypeError, ValueError, OverflowError, AttributeError):

@@ -151,18 +151,23 @@ async def _poll_once(cfg: SourceConfig, root_run: str | None = None) -> list[Sam
     source = build_source(cfg, root_run)
     try:
         out: list[Sample] = ColumnList()  # with the columns a source's reads come with (`alertd.columns`)
-        for polls in range(1 + MAX_POLLS):  # a source that reads a bounded amount per poll says it has more
-            if polls and not getattr(source, "behind", False):
+        out += _all_checked(await source.poll(time.time()))
+        for _ in range(MAX_POLLS):  # a source that reads a bounded amount per poll says it has more
+            if not getattr(source, "behind", False):
                 break
-            got = await source.poll(time.time())
-            for s in got:
-                _checked(s)
-            out += got
+            out += _all_checked(await source.poll(time.time()))
         return out
     except SourceError as exc:
         raise DryRunError(400, [f"the source can't be read: {exc}"]) from exc
     finally:
         await source.aclose()
+
+
+def _all_checked(samples: Sequence[Sample]) -> Sequence[Sample]:
+    """`samples` themselves (a `ColumnList` keeps its columns), each `_checked`."""
+    for s in samples:
+        _checked(s)
+    return samples
 
 
 def _checked(s: Sample) -> Sample:

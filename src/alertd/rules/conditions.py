@@ -263,7 +263,7 @@ class Spike:
         and `_judge` of each finite sample, in one loop (a spike over a fast series' 5 minutes judges every sample
         so: a call less per sample counts)."""
         values, times, start, out = series.values, series.times, series.start, []
-        reach = series.reach - 1
+        reach = series.reach - 1  # `series.earliest(i)` is max(start, i - reach): inline, a call less per sample
         seconds, samples, least = self.seconds, self.samples or 0, max(self.min_samples, 1)
         ratio, up = self.ratio, self.direction == "up"
         with self.memo.lock:
