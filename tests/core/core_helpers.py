@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 import yaml
 
 from alertd.buffer import BufferLimits
+from alertd.columns import ColumnList, Columns
 from alertd.config import RuleConfig
 from alertd.dryrun import Replay
 from alertd.model import Sample, SeriesKey, make_labels
@@ -41,3 +42,12 @@ def table(
     if until is not None:
         out += replay.advance(until).transitions
     return [(t.time, t.rule, t.state.value) for t in out]
+
+
+def noted_list(samples: list[Sample]) -> ColumnList:
+    """`samples` in a `ColumnList` told their columns (where they have them), as a source's bulk decoding tells it."""
+    out = ColumnList(samples)
+    whole = Columns.of(samples)
+    if whole is not None and whole.steps is not None:
+        out.note(0, whole.ids, whole.times, whole.steps, whole.values)
+    return out

@@ -6,6 +6,7 @@ import math
 from typing import Any
 from unittest import mock
 
+from core_helpers import noted_list
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,15 +61,6 @@ def _bits(c: Columns | None) -> tuple[bytes, ...] | None:
     return (c.ids.tobytes(), c.times.tobytes(), b"" if c.steps is None else c.steps.tobytes(), c.values.tobytes())
 
 
-def _noted(samples: list[Sample]) -> ColumnList:
-    """`samples` in a `ColumnList` that was told their columns, as a source's bulk decoding tells it."""
-    out = ColumnList(samples)
-    whole = Columns.of(samples)
-    assert whole is not None and whole.steps is not None
-    out.note(0, whole.ids, whole.times, whole.steps, whole.values)
-    return out
-
-
 @settings(max_examples=200, deadline=None)
 @given(
     chunks=st.lists(
@@ -84,7 +76,7 @@ def test_a_column_list_gives_its_samples_columns_noted_or_not(chunks: list[tuple
     for noted, rows in chunks:
         samples = [Sample(_KEYS[k], 1.7e9 + n + i, n + i, v) for i, (k, v) in enumerate(rows)]
         n += len(samples)
-        out += _noted(samples) if noted and samples else samples
+        out += noted_list(samples) if noted and samples else samples
         plain += 0 if noted else len(samples)
     if change == "none" and plain < n:  # the noted rows are not taken apart again
         taken: list[int] = []

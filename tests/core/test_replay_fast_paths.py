@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from core_helpers import rule
+from core_helpers import noted_list, rule
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -177,15 +177,6 @@ def test_small_batches_column_wise_are_appended_as_sample_by_sample(spec, cuts, 
     assert buffer_state(fast) == buffer_state(slow)
 
 
-def _noted(samples: list[Sample]) -> ColumnList:
-    """`samples` in a `ColumnList` told their columns, as a source's bulk decoding tells it."""
-    out = ColumnList(samples)
-    whole = Columns.of(samples)
-    if whole is not None and whole.steps is not None:
-        out.note(0, whole.ids, whole.times, whole.steps, whole.values)
-    return out
-
-
 @settings(max_examples=100, deadline=None)
 @given(
     times=st.lists(
@@ -208,7 +199,7 @@ def test_the_time_order_is_the_sorted_usable_samples(times, until) -> None:  # t
         assert columns.ids.tolist() == want.ids.tolist() and columns.values.tolist() == want.values.tolist()
         assert columns.steps is not None and want.steps is not None and columns.steps.tolist() == want.steps.tolist()
         assert columns.samples is got
-    for noted in (ColumnList(data), _noted(data)):  # a source's list: the same samples, the same columns
+    for noted in (ColumnList(data), noted_list(data)):  # a source's list: the same samples, the same columns
         again, its = dryrun._time_ordered(noted, SeriesBuffer(), until)
         assert again == got and (its is None) == (columns is None)
         if its is not None and columns is not None:
