@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 import yaml
 
@@ -15,6 +16,10 @@ from alertd.model import Sample, SeriesKey, make_labels
 from alertd.rules import Rule, RuleSet
 
 NAN, INF = math.nan, math.inf
+
+S = TypeVar("S")
+Closing = Callable[[S], S]
+"""The `closing` fixture (tests/conftest.py), for a test's annotation: `closing: Closing[CsvSource]`."""
 
 
 def rule(text: str) -> Rule:

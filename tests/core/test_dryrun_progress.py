@@ -35,23 +35,23 @@ def dry_run(*args: str, tty: bool, both: bool = False) -> tuple[int, str, str]:
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     stdout = slave if both else subprocess.PIPE
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=slave, env=env)
-    os.close(slave)
-    out: list[bytes] = []
-    reader = threading.Thread(target=lambda: out.append(proc.stdout.read() if proc.stdout else b""))
-    reader.start()
-    got = b""
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        got += data
-    os.close(master)
-    reader.join(120)
-    status = proc.wait(120)
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=slave, env=env) as proc:
+        os.close(slave)
+        out: list[bytes] = []
+        reader = threading.Thread(target=lambda: out.append(proc.stdout.read() if proc.stdout else b""))
+        reader.start()
+        got = b""
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            got += data
+        os.close(master)
+        reader.join(120)
+        status = proc.wait(120)
     return status, out[0].decode(), got.decode()
 
 

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from core_helpers import Closing
 
 from alertd import progress
 from alertd.progress import ERASE, MessageHandler, Progress, Reading, eval_line, read_line
@@ -162,16 +163,18 @@ def test_the_tensorboard_reader_reports_every_file_up_front_and_each_byte_decode
     assert got == Reading("x", files=2, files_done=2, done=sizes, total=sizes)
 
 
-def test_the_text_log_and_csv_readers_report_lines_turned_into_samples(tmp_path: Path) -> None:
+def test_the_text_log_and_csv_readers_report_lines_turned_into_samples(
+    tmp_path: Path, closing: Closing[TextLogSource | CsvSource]
+) -> None:
     (tmp_path / "a.log").write_text("".join(f"step={s} loss={1 / (s + 1):.5f}\n" for s in range(20_000)))
     (tmp_path / "b.log").write_text("step=1 loss=0.5\nstep=2 loss=0.4")  # an unfinished last line: not read yet
-    logs = TextLogSource(TextLogConfig(name="logs", type="textlog", path=str(tmp_path / "*.log")))
+    logs = closing(TextLogSource(TextLogConfig(name="logs", type="textlog", path=str(tmp_path / "*.log"))))
     got = observed(lambda: logs.read_new(T0))
     a, b = os.path.getsize(tmp_path / "a.log"), os.path.getsize(tmp_path / "b.log")
     assert got == Reading("x", files=2, files_done=1, done=a + len("step=1 loss=0.5\n"), total=a + b)
 
     (tmp_path / "m.csv").write_text("step,loss\n" + "".join(f"{s},{1 / (s + 1):.5f}\n" for s in range(20_000)))
-    csv = CsvSource(CsvConfig(name="csv", type="csv", path=str(tmp_path / "m.csv")))
+    csv = closing(CsvSource(CsvConfig(name="csv", type="csv", path=str(tmp_path / "m.csv"))))
     size = os.path.getsize(tmp_path / "m.csv")
     assert observed(lambda: csv.read_new(T0)) == Reading("x", files=1, files_done=1, done=size, total=size)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -48,8 +48,12 @@ def overwrite(path: Path, data: bytes) -> None:
 
 
 @pytest.fixture
-def kit() -> SimpleNamespace:
-    """The helpers above, for the tests of this folder."""
+def kit(closing: Callable[[CsvSource], CsvSource]) -> SimpleNamespace:
+    """The helpers above, for the tests of this folder; the sources `kit.make_source` made are closed at the end."""
+
+    def closed_source(path: Path | str, name: str = "pl", step_column: str = "step") -> CsvSource:
+        return closing(make_source(path, name, step_column))
+
     return SimpleNamespace(
-        NOW=NOW, make_source=make_source, triple=triple, triples=triples, expected=expected, overwrite=overwrite
+        NOW=NOW, make_source=closed_source, triple=triple, triples=triples, expected=expected, overwrite=overwrite
     )

@@ -45,7 +45,9 @@ def test_slurm_s_usr1_to_every_process_reaches_the_child_once(tmp_path: Path) ->
     os.kill(child, signal.SIGUSR1)
     assert proc.wait(60) == 0
     assert out.read_text() == "1"
-    assert proc.stdout is not None and proc.stdout.read().endswith(b"saved a checkpoint\n")
+    assert proc.stdout is not None
+    with proc.stdout:  # closed once read
+        assert proc.stdout.read().endswith(b"saved a checkpoint\n")
 
 
 def test_a_usr1_to_alertd_alone_is_forwarded(tmp_path: Path) -> None:
@@ -85,7 +87,8 @@ def test_a_sigkilled_alertd_leaves_the_child_the_polite_stop_and_its_output(tmp_
     proc.kill()
     proc.wait(10)
     assert proc.stdout is not None
-    printed = proc.stdout.read()  # to the end: the copy closes it when the child is done
+    with proc.stdout:  # closed once read
+        printed = proc.stdout.read()  # to the end: the copy closes it when the child is done
     assert out.read_text() == "checkpoint"
     assert printed.endswith(b"saving 49\nsaved\n"), printed[-200:]
     deadline = time.monotonic() + 10

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -19,10 +21,27 @@ def append(path: Path, data: bytes) -> None:
         f.write(data)
 
 
-def test_only_complete_lines_and_only_new_bytes(tmp_path: Path) -> None:
+TailOf = Callable[..., LineTail]
+
+
+@pytest.fixture
+def tail_of() -> Iterator[TailOf]:
+    """`tail_of(path, **kw)`: a `LineTail(str(path), **kw)`, closed when the test ends (its file released)."""
+    tails: list[LineTail] = []
+
+    def make(path: Path, **kw: Any) -> LineTail:
+        tails.append(LineTail(str(path), **kw))
+        return tails[-1]
+
+    yield make
+    for tail in tails:
+        tail.close()
+
+
+def test_only_complete_lines_and_only_new_bytes(tmp_path: Path, tail_of: TailOf) -> None:
     log = tmp_path / "train.log"
     log.write_bytes(b"step=1 loss=2.0\nstep=2 lo")
-    tail = LineTail(str(log))
+    tail = tail_of(log)
     assert tail.read().lines == ["step=1 loss=2.0"]
     assert tail.read().lines == []  # the cut line waits
     append(log, b"ss=1.9\n")
@@ -31,27 +50,27 @@ def test_only_complete_lines_and_only_new_bytes(tmp_path: Path) -> None:
     assert tail.read().lines == []
 
 
-def test_a_line_cut_at_every_byte_of_a_write_is_read_once_whole(tmp_path: Path) -> None:
+def test_a_line_cut_at_every_byte_of_a_write_is_read_once_whole(tmp_path: Path, tail_of: TailOf) -> None:
     data = "step=7 loss=nan ñ\n".encode()
     for cut in range(1, len(data)):
         log = tmp_path / f"cut{cut}.log"
         log.write_bytes(data[:cut])
-        tail = LineTail(str(log))
+        tail = tail_of(log)
         first = tail.read().lines
         append(log, data[cut:])
         assert first + tail.read().lines == ["step=7 loss=nan ñ"], cut
 
 
-def test_invalid_utf8_is_replaced_not_fatal(tmp_path: Path) -> None:
+def test_invalid_utf8_is_replaced_not_fatal(tmp_path: Path, tail_of: TailOf) -> None:
     log = tmp_path / "bad.log"
     log.write_bytes(b"loss=\xff\xfe1.0 step=3\nloss=2.0\n")
-    assert LineTail(str(log)).read().lines == ["loss=\ufffd\ufffd1.0 step=3", "loss=2.0"]
+    assert tail_of(log).read().lines == ["loss=\ufffd\ufffd1.0 step=3", "loss=2.0"]
 
 
-def test_rotation_by_rename_reads_the_old_file_to_its_end_then_the_new_one(tmp_path: Path) -> None:
+def test_rotation_by_rename_reads_the_old_file_to_its_end_then_the_new_one(tmp_path: Path, tail_of: TailOf) -> None:
     log = tmp_path / "train.log"
     log.write_text("step=1 loss=1\n")
-    tail = LineTail(str(log))
+    tail = tail_of(log)
     assert tail.read().lines == ["step=1 loss=1"]
     append(log, b"step=2 loss=2\nstep=3 loss=3")  # the writer's last line, unterminated, then it rotates
     os.rename(log, tmp_path / "train.log.1")
@@ -63,12 +82,14 @@ def test_rotation_by_rename_reads_the_old_file_to_its_end_then_the_new_one(tmp_p
     assert tail.read().lines == ["step=5 loss=5"]
 
 
-def test_a_long_rest_of_a_rotated_file_is_read_in_bounded_pieces_before_the_new_file(tmp_path: Path) -> None:
+def test_a_long_rest_of_a_rotated_file_is_read_in_bounded_pieces_before_the_new_file(
+    tmp_path: Path, tail_of: TailOf
+) -> None:
     """Rotated while far behind: the old file's rest is read on in pieces of `max_poll` (`behind`), then the new
     file from its start; every line once, in order."""
     log = tmp_path / "train.log"
     log.write_text("step=0 loss=1.0\n")
-    tail = LineTail(str(log), max_read=1024, max_poll=4096, max_line=256)
+    tail = tail_of(log, max_read=1024, max_poll=4096, max_line=256)
     assert tail.read().lines == ["step=0 loss=1.0"]
     append(log, "".join(f"step={i} loss=1.0\n" for i in range(1, 2000)).encode())
     os.rename(log, tmp_path / "train.log.1")
@@ -86,10 +107,10 @@ def test_a_long_rest_of_a_rotated_file_is_read_in_bounded_pieces_before_the_new_
     assert [r["offset"] for r in retired] == [(tmp_path / "train.log.1").stat().st_size]
 
 
-def test_rotation_by_copy_truncate_starts_over_without_repeating(tmp_path: Path) -> None:
+def test_rotation_by_copy_truncate_starts_over_without_repeating(tmp_path: Path, tail_of: TailOf) -> None:
     log = tmp_path / "train.log"
     log.write_text("".join(f"step={i} loss=1\n" for i in range(100)))
-    tail = LineTail(str(log))
+    tail = tail_of(log)
     assert len(tail.read().lines) == 100
     shutil.copyfile(log, tmp_path / "train.log.1")  # logrotate's copytruncate: copy, then truncate in place
     with open(log, "r+b") as f:
@@ -99,10 +120,10 @@ def test_rotation_by_copy_truncate_starts_over_without_repeating(tmp_path: Path)
     assert chunk.reset and chunk.lines == ["step=100 loss=nan"]
 
 
-def test_a_rewrite_that_leaves_the_file_longer_is_noticed_by_its_first_line(tmp_path: Path) -> None:
+def test_a_rewrite_that_leaves_the_file_longer_is_noticed_by_its_first_line(tmp_path: Path, tail_of: TailOf) -> None:
     log = tmp_path / "train.log"
     log.write_text("run A step=1 loss=1\n")
-    tail = LineTail(str(log))
+    tail = tail_of(log)
     assert tail.read().lines == ["run A step=1 loss=1"]
     with open(log, "r+b") as f:  # truncated and written again between two reads, longer than before
         f.truncate(0)
@@ -111,11 +132,11 @@ def test_a_rewrite_that_leaves_the_file_longer_is_noticed_by_its_first_line(tmp_
     assert chunk.reset and chunk.lines == ["run B step=1 loss=5", "run B step=2 loss=nan"]
 
 
-def test_a_real_tqdm_bar_gives_each_state_once_and_its_last_state_once(tmp_path: Path) -> None:
+def test_a_real_tqdm_bar_gives_each_state_once_and_its_last_state_once(tmp_path: Path, tail_of: TailOf) -> None:
     log = tmp_path / "bar.log"
     with open(log, "w") as f:
         bar = tqdm(total=3, file=f, mininterval=0, ascii=True, bar_format="{n}/{total} {postfix}")
-        tail = LineTail(str(log), bars=True)
+        tail = tail_of(log, bars=True)
         seen: list[str] = []
         for i, loss in enumerate(("2.5", "nan", "2.1")):
             bar.set_postfix_str(f"loss={loss}", refresh=False)
@@ -131,22 +152,22 @@ def test_a_real_tqdm_bar_gives_each_state_once_and_its_last_state_once(tmp_path:
     assert states[-1] == "done"
 
 
-def test_a_redrawn_identical_bar_state_is_not_read_twice(tmp_path: Path) -> None:
+def test_a_redrawn_identical_bar_state_is_not_read_twice(tmp_path: Path, tail_of: TailOf) -> None:
     log = tmp_path / "bar.log"
     log.write_bytes(b"\r 10% loss=2.0\r 10% loss=2.0\r 20% loss=1.9\r 20% loss=1.9   \n")
-    assert [s.strip() for s in LineTail(str(log), bars=True).read().lines] == ["10% loss=2.0", "20% loss=1.9"]
+    assert [s.strip() for s in tail_of(log, bars=True).read().lines] == ["10% loss=2.0", "20% loss=1.9"]
 
 
-def test_identical_log_lines_are_all_read(tmp_path: Path) -> None:
+def test_identical_log_lines_are_all_read(tmp_path: Path, tail_of: TailOf) -> None:
     log = tmp_path / "same.log"
     log.write_text("loss=nan\nloss=nan\n")
-    assert LineTail(str(log), bars=True).read().lines == ["loss=nan", "loss=nan"]
+    assert tail_of(log, bars=True).read().lines == ["loss=nan", "loss=nan"]
 
 
-def test_an_overlong_line_is_cut_and_the_next_one_read(tmp_path: Path) -> None:
+def test_an_overlong_line_is_cut_and_the_next_one_read(tmp_path: Path, tail_of: TailOf) -> None:
     log = tmp_path / "long.log"
     log.write_bytes(b"x" * 5000)
-    tail = LineTail(str(log), max_line=1000)
+    tail = tail_of(log, max_line=1000)
     first = tail.read().lines
     append(log, b"y" * 5000 + b"\nloss=nan\n")
     lines = first + tail.read().lines
@@ -154,48 +175,48 @@ def test_an_overlong_line_is_cut_and_the_next_one_read(tmp_path: Path) -> None:
     assert tail.cut_lines == 1
 
 
-def test_a_fifo_named_like_a_log_is_refused_without_blocking(tmp_path: Path) -> None:
+def test_a_fifo_named_like_a_log_is_refused_without_blocking(tmp_path: Path, tail_of: TailOf) -> None:
     fifo = tmp_path / "train.log"
     os.mkfifo(fifo)
     with pytest.raises(NotRegularFile):
-        LineTail(str(fifo)).read()
+        tail_of(fifo).read()
 
 
-def test_cursor_restore_resumes_and_a_different_file_starts_over(tmp_path: Path) -> None:
+def test_cursor_restore_resumes_and_a_different_file_starts_over(tmp_path: Path, tail_of: TailOf) -> None:
     log = tmp_path / "train.log"
     log.write_text("step=1 loss=1\n")
-    tail = LineTail(str(log))
+    tail = tail_of(log)
     tail.read()
     saved = tail.cursor()
     tail.close()
     append(log, b"step=2 loss=2\n")
-    again = LineTail(str(log))
+    again = tail_of(log)
     again.restore(saved)
     assert again.read().lines == ["step=2 loss=2"]
     again.close()
     log.unlink()
     log.write_text("a new run\n")  # same name, another file
-    third = LineTail(str(log))
+    third = tail_of(log)
     third.restore(saved)
     chunk = third.read()
     assert chunk.reset and chunk.lines == ["a new run"]
 
 
-def test_a_big_backlog_is_read_in_bounded_pieces(tmp_path: Path) -> None:
+def test_a_big_backlog_is_read_in_bounded_pieces(tmp_path: Path, tail_of: TailOf) -> None:
     log = tmp_path / "big.log"
     log.write_text("".join(f"step={i} loss=1.0\n" for i in range(20000)))
-    tail = LineTail(str(log), max_read=4096)
+    tail = tail_of(log, max_read=4096)
     lines = tail.read().lines
     assert len(lines) == 20000 and lines[-1] == "step=19999 loss=1.0"
 
 
-def test_a_backlog_longer_than_one_read_takes_is_read_on_by_the_next_reads(tmp_path: Path) -> None:
+def test_a_backlog_longer_than_one_read_takes_is_read_on_by_the_next_reads(tmp_path: Path, tail_of: TailOf) -> None:
     """`max_poll` bounds what one `read()` holds (a multi-gigabyte log is not read whole at once); `behind` says
     there is more, and the next reads go on from there: every line once, in order, none cut."""
     log = tmp_path / "big.log"
     want = [f"step={i} loss=1.0" for i in range(20000)]
     log.write_text("".join(line + "\n" for line in want))
-    tail = LineTail(str(log), max_read=4096, max_poll=65536)
+    tail = tail_of(log, max_read=4096, max_poll=65536)
     first = tail.read().lines
     assert tail.behind and 65536 <= sum(len(line) + 1 for line in first) <= 65536 + 4096
     got, reads = list(first), 1

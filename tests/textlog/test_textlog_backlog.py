@@ -8,12 +8,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from textlog_helpers import by_metric, source
+from textlog_helpers import Closing, by_metric, source
 
 from alertd.cli import _poll_all
 from alertd.sources import linetail
 from alertd.sources.config import CsvConfig, TextLogConfig
 from alertd.sources.csvfile import CsvSource
+from alertd.sources.textlog import TextLogSource
 
 LINES = 3000
 
@@ -24,10 +25,12 @@ def small_polls(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(linetail, "MAX_READ", 1024)
 
 
-def test_a_log_longer_than_a_poll_is_read_in_bounded_polls_every_line_once(tmp_path: Path) -> None:
+def test_a_log_longer_than_a_poll_is_read_in_bounded_polls_every_line_once(
+    tmp_path: Path, closing: Closing[TextLogSource]
+) -> None:
     log = tmp_path / "train.log"
     log.write_text("".join(f"step={s} loss={1 + s / 1e4:.4f}\n" for s in range(LINES)))
-    src = source(log)
+    src = closing(source(log))
     first = src.read_new(1.0)
     assert 0 < len(first) < LINES / 10 and src.behind
     got, polls = list(first), 1
@@ -49,10 +52,12 @@ def test_a_dry_run_polls_a_long_log_until_it_has_read_it_all(tmp_path: Path) -> 
     assert [s for s, _ in by_metric(got, "loss")] == list(range(LINES + 1))
 
 
-def test_a_csv_file_longer_than_a_poll_is_read_in_bounded_polls_every_row_once(tmp_path: Path) -> None:
+def test_a_csv_file_longer_than_a_poll_is_read_in_bounded_polls_every_row_once(
+    tmp_path: Path, closing: Closing[CsvSource]
+) -> None:
     path = tmp_path / "metrics.csv"
     path.write_text("step,loss\n" + "".join(f"{s},{s / 100}\n" for s in range(LINES)))
-    src = CsvSource(CsvConfig(type="csv", name="csv", path=str(path)))
+    src = closing(CsvSource(CsvConfig(type="csv", name="csv", path=str(path))))
     got, polls = src.read_new(1.0), 1
     assert src.behind
     while src.behind:

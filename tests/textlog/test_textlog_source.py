@@ -9,17 +9,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from textlog_helpers import by_metric, source
+import pytest
+from textlog_helpers import Closing, by_metric, source
 
-from alertd.sources.textlog.source import SHAPES, UNMATCHED_AFTER
+from alertd.sources.textlog.source import SHAPES, UNMATCHED_AFTER, TextLogSource
 from alertd.sources.textlog.stream import MAX_SERIES
 
 
-def test_a_glob_finds_logs_as_they_appear_each_its_own_run(tmp_path: Path) -> None:
+def test_a_glob_finds_logs_as_they_appear_each_its_own_run(tmp_path: Path, closing: Closing[TextLogSource]) -> None:
     logs = tmp_path / "logs"
     (logs / "exp1").mkdir(parents=True)
     (logs / "exp1" / "train.log").write_text("step=1 loss=2.0\n")
-    src = source(f"{logs}/**/*.log")
+    src = closing(source(f"{logs}/**/*.log"))
     first = src.read_new(100.0)
     assert [(s.series.label("run"), s.step, s.value, s.time) for s in first] == [("exp1/train.log", 1, 2.0, 100.0)]
     assert first[0].series.label("source") == "log"
@@ -30,20 +31,22 @@ def test_a_glob_finds_logs_as_they_appear_each_its_own_run(tmp_path: Path) -> No
     assert math.isnan(second[0].value)
 
 
-def test_a_plain_file_path_that_appears_later(tmp_path: Path) -> None:
+def test_a_plain_file_path_that_appears_later(tmp_path: Path, closing: Closing[TextLogSource]) -> None:
     log = tmp_path / "train.log"
-    src = source(log)
+    src = closing(source(log))
     assert src.read_new(1.0) == []
     log.write_text("loss=1.5\n")
     assert [(s.series.label("run"), s.value) for s in src.read_new(2.0)] == [("train.log", 1.5)]
 
 
-def test_a_log_rotated_by_rename_is_not_read_again_under_its_new_name(tmp_path: Path) -> None:
+def test_a_log_rotated_by_rename_is_not_read_again_under_its_new_name(
+    tmp_path: Path, closing: Closing[TextLogSource]
+) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
     log = logs / "train.log"
     log.write_text("step=1 loss=1\n")
-    src = source(f"{logs}/*")  # also matches train.log.1 once it exists
+    src = closing(source(f"{logs}/*"))  # also matches train.log.1 once it exists
     assert by_metric(src.read_new(1.0), "loss") == [(1, 1.0)]
     with open(log, "a") as f:
         f.write("step=2 loss=2\n")
@@ -56,7 +59,9 @@ def test_a_log_rotated_by_rename_is_not_read_again_under_its_new_name(tmp_path: 
     assert [(s.series.label("run"), s.step) for s in src.read_new(3.0)] == [("train.log.1", 4)]
 
 
-def test_events_become_samples_and_a_fatal_one_ends_the_run_as_crashed(tmp_path: Path) -> None:
+def test_events_become_samples_and_a_fatal_one_ends_the_run_as_crashed(
+    tmp_path: Path, closing: Closing[TextLogSource]
+) -> None:
     log = tmp_path / "train.log"
     log.write_text(
         "step=7 loss=1.25\n"
@@ -64,7 +69,7 @@ def test_events_become_samples_and_a_fatal_one_ends_the_run_as_crashed(tmp_path:
         '  File "train.py", line 9, in <module>\n'
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB\n"
     )
-    got = source(log, events=[{"name": "diverged", "regex": "diverg"}]).read_new(5.0)
+    got = closing(source(log, events=[{"name": "diverged", "regex": "diverg"}])).read_new(5.0)
     assert [(s.series.metric, s.series.label("event"), s.step) for s in got] == [
         ("loss", None, 7),
         ("log.event", "traceback", 7),
@@ -76,37 +81,45 @@ def test_events_become_samples_and_a_fatal_one_ends_the_run_as_crashed(tmp_path:
     ]
 
 
-def test_a_restarted_source_neither_rereads_nor_restarts_its_counter(tmp_path: Path) -> None:
+def test_a_restarted_source_neither_rereads_nor_restarts_its_counter(
+    tmp_path: Path, closing: Closing[TextLogSource]
+) -> None:
     log = tmp_path / "train.log"
     log.write_text("loss=1\nloss=2\n")
-    src = source(log)
+    src = closing(source(log))
     assert by_metric(src.read_new(1.0), "loss") == [(1, 1.0), (2, 2.0)]
     saved = src.cursor()
     with open(log, "a") as f:
         f.write("loss=3\n")
-    again = source(log)
+    again = closing(source(log))
     again.restore(saved)
     assert by_metric(again.read_new(2.0), "loss") == [(3, 3.0)]
 
 
-def test_a_fifo_in_the_glob_is_refused_and_the_other_logs_are_read(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_a_fifo_in_the_glob_is_refused_and_the_other_logs_are_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, closing: Closing[TextLogSource]
+) -> None:
     os.mkfifo(tmp_path / "a.log")
     (tmp_path / "b.log").write_text("loss=nan\n")
-    src = source(f"{tmp_path}/*.log")
+    src = closing(source(f"{tmp_path}/*.log"))
     got = src.read_new(1.0)
     assert [s.series.label("run") for s in got] == ["b.log"]  # the glob lists regular files only
 
 
-def test_a_log_printing_ever_new_keys_is_bounded(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_a_log_printing_ever_new_keys_is_bounded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, closing: Closing[TextLogSource]
+) -> None:
     log = tmp_path / "noisy.log"
     log.write_text("".join(f"k{i}=1\n" for i in range(MAX_SERIES + 50)))
-    got = source(log).read_new(1.0)
+    got = closing(source(log)).read_new(1.0)
     assert len({s.series for s in got}) == MAX_SERIES
     assert "new ones are dropped" in caplog.text
 
 
-def test_real_hf_trainer_output_shows_the_nan_grad_norm_and_the_filtered_loss(hf_log: Path) -> None:
-    got = source(hf_log).read_new(1.0)
+def test_real_hf_trainer_output_shows_the_nan_grad_norm_and_the_filtered_loss(
+    hf_log: Path, closing: Closing[TextLogSource]
+) -> None:
+    got = closing(source(hf_log)).read_new(1.0)
     grad = by_metric(got, "grad_norm")
     assert len(grad) == 20 and [s for s, _ in grad] == list(range(1, 21))
     assert all(math.isfinite(v) for _, v in grad[:11]) and all(math.isnan(v) for _, v in grad[11:])
@@ -116,8 +129,10 @@ def test_real_hf_trainer_output_shows_the_nan_grad_norm_and_the_filtered_loss(hf
     assert len(by_metric(got, "train_runtime")) == 1  # the end-of-training summary
 
 
-def test_real_lightning_progress_bar_gives_the_nan_train_loss(lightning_log: Path) -> None:
-    got = source(lightning_log).read_new(1.0)
+def test_real_lightning_progress_bar_gives_the_nan_train_loss(
+    lightning_log: Path, closing: Closing[TextLogSource]
+) -> None:
+    got = closing(source(lightning_log)).read_new(1.0)
     values = [v for _, v in by_metric(got, "train_loss")]
     first_nan = next(i for i, v in enumerate(values) if math.isnan(v))
     assert first_nan >= 10 and all(math.isfinite(v) for v in values[:first_nan])
@@ -156,11 +171,13 @@ def test_dry_run_over_real_hf_output_fires_grad_norm_not_finite(hf_log: Path) ->
     assert [(t["state"], t["step"], t["value"]) for t in zeroed][:1] == [("firing", 12, 0.0)]
 
 
-def test_a_log_that_matches_nothing_is_warned_about_once_and_noted(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_a_log_that_matches_nothing_is_warned_about_once_and_noted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, closing: Closing[TextLogSource]
+) -> None:
     prose = tmp_path / "prose.log"
     prose.write_text("".join(f"loss is {2.0 / i:.2f} now\n" for i in range(1, 6)))
     (tmp_path / "train.log").write_text("step 1 loss 2.31\nstep 2 loss 2.2\n")
-    src = source(f"{tmp_path}/*.log")
+    src = closing(source(f"{tmp_path}/*.log"))
     got = src.read_new(1.0)
     assert by_metric(got, "loss") == [(1, 2.31), (2, 2.2)]  # the `name value` lines are read
     assert src.note == f"{prose}: 5 lines read, none matched ({SHAPES})"

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from alertd.model import Sample
 from alertd.sources.config import TextLogConfig
 from alertd.sources.textlog import TextLogSource
+
+S = TypeVar("S")
+Closing = Callable[[S], S]
+"""The `closing` fixture (tests/conftest.py), for a test's annotation: `closing: Closing[TextLogSource]`."""
 
 
 def source(path: str | Path, **kw: object) -> TextLogSource:
