@@ -255,7 +255,7 @@ class _Run:
         cond, need, emit = rule.condition, rule.consecutive, self.emit
         if n - i == 1:  # one new sample (the service's tick)
             t = times[i]
-            if stirred:
+            if stirred and (due := next_event(rule, tr, finished_at)) is not None and due < t:  # else nothing to do
                 advance(rule, tr, t, finished_at, emit, inclusive=False)
             s = series.steps[i]
             tr.value, tr.step, tr.time, tr.last_time, tr.clock = values[i], None if s == NO_STEP else s, t, t, t
@@ -457,8 +457,10 @@ class _Run:
             if self.timers and pair in self.timers:  # none at all, the usual: no hash of the pair
                 del self._timers_w()[pair]
             return
-        advance(rule, tr, now, finished_at, self.emit, inclusive=inclusive)
         due = next_event(rule, tr, finished_at)
+        if due is not None and (due < now or (inclusive and due == now)):  # else `advance` would change nothing
+            advance(rule, tr, now, finished_at, self.emit, inclusive=inclusive)
+            due = next_event(rule, tr, finished_at)
         if due is None:
             if pair in self.timers:
                 del self._timers_w()[pair]

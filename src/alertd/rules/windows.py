@@ -114,7 +114,8 @@ class Running:
                 self._change(new, 1)
             else:
                 self._order((out,), (new,))
-            self._compact()
+            if self.head >= 256:  # `_compact`, its test inlined
+                self._compact()
         elif (
             self.lo < 0
             or plo < self.lo
@@ -366,8 +367,10 @@ class WindowAggregate:
     def check(self, series: Series, i: int) -> bool:
         """True when the window (or the ratio to the baseline) compares true; never before the windows
         are full or hold `min_samples` finite values."""
-        measured = self.measure(series, i)
-        return measured is not None and self._how[0](measured, self._how[1])
+        how = self._how
+        with self.memo.lock:  # `measure`, inlined: this runs for every new sample of every pair
+            measured = self._measure(self._entry(series), series, i)
+        return measured is not None and how[0](measured, how[1])
 
     def measure(self, series: Series, i: int) -> float | None:
         """The aggregate of the window that ends at index `i` (with a baseline: its ratio to the baseline's
@@ -449,7 +452,12 @@ class WindowAggregate:
 
     def _entry(self, series: Series) -> list[Any]:
         """[the window's Running, the baseline's (or None)] of the series (the memo's lock held)."""
-        return self.memo.entry(series, lambda: [Running(*self._how[3]), None])  # type: ignore[no-any-return]
+        memo = self.memo
+        hit = memo.get(series)
+        if hit is None:  # not `memo.entry(series, make)`: no closure made for every sample judged
+            hit = [Running(*self._how[3]), None]
+            memo.put(series, hit)
+        return hit  # type: ignore[no-any-return]
 
     def _bounds(self, series: Series, i: int) -> tuple[int, int | None] | None:
         """Where the window that ends at index `i` starts, and where its baseline does (None without one); None
@@ -468,16 +476,24 @@ class WindowAggregate:
         return None if blo is None else (lo, blo)
 
     def _measure(self, entry: list[Any], series: Series, i: int) -> float | None:
-        _, _, least, keep, _ = self._how
-        bounds = self._bounds(series, i)
-        if bounds is None:
-            return None
-        lo, blo = bounds
+        _, _, least, keep, bspan = self._how
+        samples = self.over.samples
+        if samples is not None and bspan is None:  # `_bounds`, inlined for the usual window of samples
+            lo = i + 1 - samples
+            if lo < series.start:
+                return None
+            blo = None
+        else:
+            bounds = self._bounds(series, i)
+            if bounds is None:
+                return None
+            lo, blo = bounds
         recent = entry[0]
         recent.move(series, lo, i + 1)
         if recent.count < least:
             return None
-        now = aggregate(self.kind, recent, self.q)
+        kind = self.kind
+        now = recent.mean() if kind == "avg" else aggregate(kind, recent, self.q)
         if blo is None:
             return now
         base = entry[1]
@@ -524,7 +540,9 @@ class ZScore:
 
     def check(self, series: Series, i: int) -> bool:
         """True when the finite value's z-score crosses the threshold in `direction`."""
-        return self._crosses(self.score(series, i))
+        with self.memo.lock:  # `score`, inlined: this runs for every new sample of every pair
+            z = self._score(self._window(series), series, i)
+        return z is not None and self._crosses(z)
 
     def score(self, series: Series, i: int) -> float | None:
         """The z-score of the value at index `i`, or None where nothing is judged (a non-finite value, a
@@ -552,7 +570,12 @@ class ZScore:
         return abs(z) > self.threshold
 
     def _window(self, series: Series) -> Running:
-        return self.memo.entry(series, lambda: Running(True, True, False))  # type: ignore[no-any-return]
+        memo = self.memo
+        hit = memo.get(series)
+        if hit is None:  # no closure made for every sample judged (`WindowAggregate._entry`)
+            hit = Running(True, True, False)
+            memo.put(series, hit)
+        return hit  # type: ignore[no-any-return]
 
     def _score(self, window: Running, series: Series, i: int) -> float | None:
         v = series.values[i]
