@@ -457,7 +457,7 @@ class WindowAggregate:
         if hit is None:  # not `memo.entry(series, make)`: no closure made for every sample judged
             hit = [Running(*self._how[3]), None]
             memo.put(series, hit)
-        return hit  # type: ignore[no-any-return]
+        return hit
 
     def _bounds(self, series: Series, i: int) -> tuple[int, int | None] | None:
         """Where the window that ends at index `i` starts, and where its baseline does (None without one); None
@@ -575,7 +575,7 @@ class ZScore:
         if hit is None:  # no closure made for every sample judged (`WindowAggregate._entry`)
             hit = Running(True, True, False)
             memo.put(series, hit)
-        return hit  # type: ignore[no-any-return]
+        return hit
 
     def _score(self, window: Running, series: Series, i: int) -> float | None:
         v = series.values[i]
