@@ -617,10 +617,11 @@ class SeriesBuffer:
     def changed_since(self, version: int) -> list[Series]:
         """The series appended to after buffer version `version`, most recently changed first."""
         out = []
-        for key in reversed(self._changed):
-            if self._changed[key] <= version:
+        series = self._series
+        for key, changed in reversed(self._changed.items()):  # no look-up of each key's version: no hash
+            if changed <= version:
                 break
-            out.append(self._series[key])
+            out.append(series[key])
         return out
 
     def evict_all(self, now: float) -> None:
