@@ -327,7 +327,7 @@ class Spike:
     def _window(self, series: Series) -> Running:
         """The series' running window (the memo's lock held)."""
         median = self.stat == "median"
-        return self.memo.entry(series, lambda: Running(not median, False, median))  # type: ignore[no-any-return]
+        return self.memo.entry(series, Running, not median, False, median)  # type: ignore[no-any-return]
 
     def _baseline(self, window: Running, series: Series, i: int) -> float | None:
         if self.seconds is not None:

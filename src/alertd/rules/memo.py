@@ -43,11 +43,12 @@ class Memo:
             return None
         return hit[2]
 
-    def entry(self, series: Series, make: Callable[[], Any]) -> Any:
-        """The entry kept for this series, or a new one from `make()`, kept (call with the lock held)."""
+    def entry(self, series: Series, make: Callable[..., Any], *args: Any) -> Any:
+        """The entry kept for this series, or a new one from `make(*args)`, kept (call with the lock held). The
+        arguments, not a closure: a condition asks at every sample it judges."""
         hit = self.get(series)
         if hit is None:
-            hit = make()
+            hit = make(*args)
             self.put(series, hit)
         return hit
 

@@ -452,12 +452,7 @@ class WindowAggregate:
 
     def _entry(self, series: Series) -> list[Any]:
         """[the window's Running, the baseline's (or None)] of the series (the memo's lock held)."""
-        memo = self.memo
-        hit = memo.get(series)
-        if hit is None:  # not `memo.entry(series, make)`: no closure made for every sample judged
-            hit = [Running(*self._how[3]), None]
-            memo.put(series, hit)
-        return hit
+        return self.memo.entry(series, _windows, self._how[3])  # type: ignore[no-any-return]
 
     def _bounds(self, series: Series, i: int) -> tuple[int, int | None] | None:
         """Where the window that ends at index `i` starts, and where its baseline does (None without one); None
@@ -519,6 +514,11 @@ class WindowAggregate:
         return self.over.lookback(times) + (0 if bspan is None else bspan.lookback(times))
 
 
+def _windows(keep: tuple[bool, bool, bool]) -> list[Any]:
+    """A `WindowAggregate`'s memo entry: [the window's Running, the baseline's (made when first needed)]."""
+    return [Running(*keep), None]
+
+
 def _after(over: Span, baseline: Span) -> float | None:
     """A duration baseline reaches back from the recent window's start: its length plus the recent one's."""
     if baseline.seconds is None:
@@ -570,12 +570,7 @@ class ZScore:
         return abs(z) > self.threshold
 
     def _window(self, series: Series) -> Running:
-        memo = self.memo
-        hit = memo.get(series)
-        if hit is None:  # no closure made for every sample judged (`WindowAggregate._entry`)
-            hit = Running(True, True, False)
-            memo.put(series, hit)
-        return hit
+        return self.memo.entry(series, Running, True, True, False)  # type: ignore[no-any-return]
 
     def _score(self, window: Running, series: Series, i: int) -> float | None:
         v = series.values[i]
