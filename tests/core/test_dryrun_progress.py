@@ -51,7 +51,11 @@ def dry_run(*args: str, tty: bool, both: bool = False) -> tuple[int, str, str]:
             got += data
         os.close(master)
         reader.join(120)
-        status = proc.wait(120)
+        try:
+            status = proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # the `with` waits for the child: a hung one fails the test, not the whole run
+            raise
     return status, out[0].decode(), got.decode()
 
 
