@@ -9,10 +9,12 @@ from core_helpers import rule
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alertd.buffer import BufferLimits
+from alertd.buffer import BufferLimits, SeriesBuffer
 from alertd.dryrun import Replay
 from alertd.model import Sample, SeriesKey
 from alertd.rules import RuleSet
+from alertd.rules.evaluate import EvalState, evaluate
+from alertd.rules.state import Track
 
 RULES = [
     rule("{name: nf, metric: loss, condition: nonfinite}"),
@@ -68,3 +70,22 @@ def test_the_kept_set_of_active_alerts_is_the_tracks_that_are_active(spec, cuts,
     replay.advance(data[-1].time + tail)
     state = replay.state
     assert state.active == {p for p, tr in state.tracks.items() if tr.state.value != "inactive"}
+
+
+def tracks(batches: list[list[Sample]], in_place: bool) -> dict[tuple[str, SeriesKey], tuple[object, ...]]:
+    """Every (rule, series) track after the batches, field by field (NaN as a string: comparable)."""
+    ruleset, buffer = RuleSet(RULES), SeriesBuffer(BufferLimits(max_samples=64, max_age=1e6))
+    state = EvalState()
+    for batch in batches:
+        buffer.append(batch)
+        state = evaluate(ruleset, buffer, batch[-1].time, state, in_place=in_place).state
+    return {p: tuple(repr(getattr(tr, f)) for f in Track.__slots__) for p, tr in state.tracks.items()}
+
+
+@settings(max_examples=100, deadline=None)
+@given(spec=stream, in_place=st.booleans())
+def test_one_sample_per_evaluation_leaves_the_tracks_one_batch_does(spec, in_place) -> None:  # type: ignore[no-untyped-def]
+    """The service's tick (one new sample, a quiet pair stepped at once: `_Run._quiet_tick`) leaves every field of
+    every track as judging the same samples in one batch does: the last value, step and time seen, the position."""
+    data = build(spec)
+    assert tracks([[s] for s in data], in_place) == tracks([data], in_place=False)

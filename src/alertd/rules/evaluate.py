@@ -238,6 +238,17 @@ class _Run:
         key = series.key
         pair = (rule.name, key)
         old = self.tracks.get(pair)
+        if (
+            old is not None
+            and old.state is AlertState.INACTIVE
+            and not old.cond
+            and old.streak == 0
+            and rule.absent is None
+            and old.generation == series.generation
+        ):  # a quiet pair (`_quiet_tick`)
+            done = self._quiet_tick(rule, series, pair, old)
+            if done:
+                return False
         tr = old.copy() if old is not None else Track()
         self._rule, self._key = rule, key
         if tr.generation == series.generation:
@@ -293,6 +304,25 @@ class _Run:
             finished_at = self._finished_at(rule, key)
         self._settle(rule, pair, tr, finished_at, now)
         return stirred or not quiet
+
+    def _quiet_tick(self, rule: Rule, series: Series, pair: PairKey, old: Track) -> bool:
+        """The service's tick on a quiet pair (no alert, no condition held, no streak, no absence to time): when
+        one sample is new and the condition does not hold on it, `track` would note the sample as the last seen
+        and move on, nothing else: done here at once, True. False: `track`'s whole way (the condition, should
+        it hold, is judged there again: a condition is a function of the series, its memo only a cache)."""
+        base, times = series.base, series.times
+        i = series.start + (old.position if old.position > base else base) - base
+        if len(times) - i != 1 or rule.condition.check(series, i):
+            return False
+        tr = old.copy()
+        t, s = times[i], series.steps[i]
+        tr.value, tr.step, tr.time, tr.last_time, tr.clock = series.values[i], None if s == NO_STEP else s, t, t, t
+        tr.position = base + len(times) - series.start
+        self._tracks_w()[pair] = tr
+        self.written.add(pair)
+        if self.timers and pair in self.timers:  # a timer left over (as `_settle` drops it)
+            del self._timers_w()[pair]
+        return True
 
     def join(self, rule: Rule, labels: Labels, metrics: set[str], now: float) -> PairKey | None:
         """Judge the steps of one run that became ready for an expr rule, then step its alert through time
