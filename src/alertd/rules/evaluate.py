@@ -266,7 +266,7 @@ class _Run:
         cond, need, emit = rule.condition, rule.consecutive, self.emit
         if n - i == 1:  # one new sample (the service's tick)
             t = times[i]
-            if stirred and (due := next_event(rule, tr, finished_at)) is not None and due < t:  # else nothing to do
+            if stirred:
                 advance(rule, tr, t, finished_at, emit, inclusive=False)
             s = series.steps[i]
             tr.value, tr.step, tr.time, tr.last_time, tr.clock = values[i], None if s == NO_STEP else s, t, t, t
@@ -317,7 +317,7 @@ class _Run:
         tr = old.copy()
         t, s = times[i], series.steps[i]
         tr.value, tr.step, tr.time, tr.last_time, tr.clock = series.values[i], None if s == NO_STEP else s, t, t, t
-        tr.position = base + len(times) - series.start
+        tr.position = series.end
         self._tracks_w()[pair] = tr
         self.written.add(pair)
         if self.timers and pair in self.timers:  # a timer left over (as `_settle` drops it)
@@ -487,10 +487,7 @@ class _Run:
             if self.timers and pair in self.timers:  # none at all, the usual: no hash of the pair
                 del self._timers_w()[pair]
             return
-        due = next_event(rule, tr, finished_at)
-        if due is not None and (due < now or (inclusive and due == now)):  # else `advance` would change nothing
-            advance(rule, tr, now, finished_at, self.emit, inclusive=inclusive)
-            due = next_event(rule, tr, finished_at)
+        due = advance(rule, tr, now, finished_at, self.emit, inclusive=inclusive)
         if due is None:
             if pair in self.timers:
                 del self._timers_w()[pair]

@@ -92,12 +92,15 @@ def next_event(rule: Rule, tr: Track, finished_at: float | None) -> float | None
     return None if due == math.inf else due
 
 
-def advance(rule: Rule, tr: Track, until: float, finished_at: float | None, emit: Emit, *, inclusive: bool) -> None:
-    """Apply every time-based change due before `until` (or at it, when `inclusive`)."""
+def advance(
+    rule: Rule, tr: Track, until: float, finished_at: float | None, emit: Emit, *, inclusive: bool
+) -> float | None:
+    """Apply every time-based change due before `until` (or at it, when `inclusive`); return when the next one is
+    due (`next_event` after them), if any."""
     while True:
         due = next_event(rule, tr, finished_at)
         if due is None or due > until or (due == until and not inclusive):
-            return
+            return due
         tr.clock = due
         if tr.state is AlertState.FIRING and tr.keep_since is not None and due == tr.keep_since + rule.keep_firing_for:
             _resolve(tr, due, emit)

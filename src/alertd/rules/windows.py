@@ -114,8 +114,7 @@ class Running:
                 self._change(new, 1)
             else:
                 self._order((out,), (new,))
-            if self.head >= 256:  # `_compact`, its test inlined
-                self._compact()
+            self._compact()
         elif (
             self.lo < 0
             or plo < self.lo
@@ -367,10 +366,8 @@ class WindowAggregate:
     def check(self, series: Series, i: int) -> bool:
         """True when the window (or the ratio to the baseline) compares true; never before the windows
         are full or hold `min_samples` finite values."""
-        how = self._how
-        with self.memo.lock:  # `measure`, inlined: this runs for every new sample of every pair
-            measured = self._measure(self._entry(series), series, i)
-        return measured is not None and how[0](measured, how[1])
+        measured = self.measure(series, i)
+        return measured is not None and self._how[0](measured, self._how[1])
 
     def measure(self, series: Series, i: int) -> float | None:
         """The aggregate of the window that ends at index `i` (with a baseline: its ratio to the baseline's
@@ -471,24 +468,16 @@ class WindowAggregate:
         return None if blo is None else (lo, blo)
 
     def _measure(self, entry: list[Any], series: Series, i: int) -> float | None:
-        _, _, least, keep, bspan = self._how
-        samples = self.over.samples
-        if samples is not None and bspan is None:  # `_bounds`, inlined for the usual window of samples
-            lo = i + 1 - samples
-            if lo < series.start:
-                return None
-            blo = None
-        else:
-            bounds = self._bounds(series, i)
-            if bounds is None:
-                return None
-            lo, blo = bounds
+        _, _, least, keep, _ = self._how
+        bounds = self._bounds(series, i)
+        if bounds is None:
+            return None
+        lo, blo = bounds
         recent = entry[0]
         recent.move(series, lo, i + 1)
         if recent.count < least:
             return None
-        kind = self.kind
-        now = recent.mean() if kind == "avg" else aggregate(kind, recent, self.q)
+        now = aggregate(self.kind, recent, self.q)
         if blo is None:
             return now
         base = entry[1]
@@ -540,9 +529,7 @@ class ZScore:
 
     def check(self, series: Series, i: int) -> bool:
         """True when the finite value's z-score crosses the threshold in `direction`."""
-        with self.memo.lock:  # `score`, inlined: this runs for every new sample of every pair
-            z = self._score(self._window(series), series, i)
-        return z is not None and self._crosses(z)
+        return self._crosses(self.score(series, i))
 
     def score(self, series: Series, i: int) -> float | None:
         """The z-score of the value at index `i`, or None where nothing is judged (a non-finite value, a
