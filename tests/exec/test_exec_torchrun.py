@@ -43,6 +43,17 @@ def _exec_torchrun(cwd: Path, mode: str, steps: int) -> subprocess.CompletedProc
     )
 
 
+def _job_said(done: subprocess.CompletedProcess[str]) -> str:
+    """For a failure's message: the job's own lines other than its steps (the ranks' tracebacks, torchrun's
+    summary) and alertd's warnings, at most the last 80."""
+    own = [
+        line
+        for line in (done.stdout + done.stderr).splitlines()
+        if not re.search(r"step=\d+ loss=|stopped at step|alertd notify receiver=|\"level\": \"info\"", line)
+    ]
+    return "\n".join(own[-80:])
+
+
 def _notifications(stderr: str, rule: str) -> list[str]:
     return [
         line
@@ -81,7 +92,7 @@ def test_the_first_failure_is_read_from_torchrun_s_own_summary() -> None:
 def test_a_rank_that_raises_ends_the_job_crashed_naming_it(tmp_path: Path) -> None:
     done = _exec_torchrun(tmp_path, "raise0", 40)
     err = done.stderr
-    assert done.returncode == 1, err[-4000:]
+    assert done.returncode == 1, _job_said(done)
     crashed = _notifications(err, "run_crashed")
     assert len(crashed) == 1, "\n".join(crashed) + err[-4000:]
     fired = [line for line in err.splitlines() if "alert run_crashed firing" in line]
@@ -95,7 +106,7 @@ def test_a_rank_that_raises_ends_the_job_crashed_naming_it(tmp_path: Path) -> No
 def test_a_nan_on_one_rank_stops_every_rank_at_one_step_and_no_nan_weights_are_saved(tmp_path: Path) -> None:
     done = _exec_torchrun(tmp_path, "nan1", 400)
     out, err = done.stdout, done.stderr
-    assert done.returncode == 0, err[-4000:]
+    assert done.returncode == 0, _job_said(done)
     stops = [int(s) for s in re.findall(r"rank \d stopped at step (\d+)", out)]
     assert len(stops) == 3 and len(set(stops)) == 1 and 8 <= stops[0] < 399, out[-3000:]
     nan = _notifications(err, "loss_not_finite")

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from alertd.integrations.torchloop import AlertdLoop
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
+import ddp_leave
 
 
 def main(outdir: str, steps: int, mode: str) -> None:
@@ -43,8 +47,7 @@ def main(outdir: str, steps: int, mode: str) -> None:
                 print(f"rank {rank} stopped at step {step}", flush=True)
                 break
             time.sleep(0.02 if step < 8 else 0.05)
-    dist.barrier()  # every rank done with its last collective before any closes its connections
-    dist.destroy_process_group()
+    ddp_leave.leave(dist)  # every rank out of its last collective before any closes its connections
 
 
 if __name__ == "__main__":

@@ -10,12 +10,16 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from alertd.integrations.torchloop import AlertdLoop
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
+import ddp_leave
 
 
 def main(outdir: str, steps: int, slow_rank: int | None) -> None:
@@ -40,8 +44,7 @@ def main(outdir: str, steps: int, slow_rank: int | None) -> None:
             optimizer.zero_grad()
             if run.boundary(step):
                 break
-    dist.barrier()  # every rank done with its last collective before any closes its connections
-    dist.destroy_process_group()
+    ddp_leave.leave(dist)  # every rank out of its last collective before any closes its connections
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ import torch.distributed as dist
 
 from alertd.integrations.torchloop import AlertdLoop
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
+import ddp_leave
+
 
 def straggler_sleep(seconds: float) -> None:
     time.sleep(seconds)
@@ -39,8 +42,7 @@ def main(outdir: str, steps: int, at: int, seconds: float) -> None:
             if run.boundary(step):
                 break
     (out / f"DONE.rank{rank}").write_text(str(time.time()))
-    dist.barrier()  # every rank done with its last collective before any closes its connections
-    dist.destroy_process_group()
+    ddp_leave.leave(dist)  # every rank out of its last collective before any closes its connections
 
 
 if __name__ == "__main__":

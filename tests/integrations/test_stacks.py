@@ -27,6 +27,13 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 SLEEP = 8.0
 
 
+def _line_of(path: Path, line: str) -> int:
+    """The 1-based number of the one line of `path` that equals `line`."""
+    found = [n for n, text in enumerate(path.read_text().splitlines(), 1) if text == line]
+    assert len(found) == 1, (path, line, found)
+    return found[0]
+
+
 def _alert(labels: dict[str, str], rule: str = "run_stalled") -> Transition:
     now = time.time()
     return Transition(rule, TransitionKind.FIRING, now, 3, math.nan, make_labels(labels), "warning", (), now)
@@ -92,7 +99,8 @@ def test_a_straggling_rank_and_the_ranks_waiting_for_it_in_all_reduce(tmp_path: 
         assert len(summary) <= cfg.summary_chars and "rank 2 (pid" in summary and "straggler_sleep" in summary
         entry = action_entry(report, time.time())  # what lands on the run (run page, /api/v1/runs)
         assert entry["action"] == "stacks" and len(entry["processes"]) == 3  # type: ignore[arg-type]
-        assert "straggler_sleep (stacks_loop_run.py:17)" in str(entry["processes"])  # the whole dump, on the run
+        sleeping = _line_of(HERE / "stacks_loop_run.py", "    time.sleep(seconds)")
+        assert f"straggler_sleep (stacks_loop_run.py:{sleeping})" in str(entry["processes"])  # the whole dump
         for r in range(3):  # py-spy took them: no rank was sent the hook's signal
             assert (tmp_path / stacks_name(str(r))).stat().st_size == 0
         # the job goes on and finishes: nothing stopped or killed
