@@ -51,7 +51,7 @@ def test_sigkill_while_receiver_down_then_restart_delivers_each_exactly_once(tmp
             time.sleep(0.05)
     finally:
         first.send_signal(signal.SIGKILL)
-        first.wait(timeout=10)
+        first.communicate(timeout=10)  # its pipe read to the end and closed
     assert first.returncode == -signal.SIGKILL
     before = _rows(state)
     assert len(before) == count and {s for _, s, _ in before} == {"pending"}

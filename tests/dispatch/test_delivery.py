@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,23 @@ from .helpers import FIRING, RESOLVED, Table, route, tr
 from .receiver import HttpTestNotifier, Receiver, free_port
 
 
+_OPENED: list[Outbox] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_outboxes() -> Iterator[None]:
+    """Every outbox a test opened is closed after it (its database and its directory lock)."""
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
+
 def dispatcher(state: Path, notifier: HttpTestNotifier, seed: int = 1) -> Dispatcher:
+    outbox = Outbox(state)
+    _OPENED.append(outbox)
     return Dispatcher(
         route=route({"receivers": ["hook"]}),
-        outbox=Outbox(state),
+        outbox=outbox,
         notifiers={"hook": notifier},
         backoff=Backoff(base=1.0, cap=300.0),
         rng=random.Random(seed),
@@ -154,7 +168,9 @@ async def test_non_recoverable_error_is_not_retried(tmp_path: Path, receiver: Re
 
 @pytest.mark.anyio
 async def test_unknown_receiver_is_a_failure_not_a_loop(tmp_path: Path, hook: HttpTestNotifier) -> None:
-    d = Dispatcher(route=route({"receivers": ["gone"]}), outbox=Outbox(tmp_path), notifiers={"hook": hook})
+    outbox = Outbox(tmp_path)
+    _OPENED.append(outbox)
+    d = Dispatcher(route=route({"receivers": ["gone"]}), outbox=outbox, notifiers={"hook": hook})
     d.submit([tr("nan", FIRING, 0.0)], None, 0.0)
     (out,) = await d.deliver_due(0.0)
     assert out.result == "failed" and out.error is not None and "'gone'" in out.error

@@ -91,7 +91,7 @@ def test_an_earlier_child_s_alert_restored_after_a_sigkill_is_not_acted_on(tmp_p
             seen += first.stderr.readline()
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # alertd and its child, at once: nothing is saved at exit
-        first.wait(10)
+        first.communicate(timeout=10)  # its pipes read to the end and closed
     done = alertd_exec(tmp_path, "--rules", "stop.yaml", "--", sys.executable, str(CHILD), str(tmp_path / "2.json"))
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads((tmp_path / "2.json").read_text())

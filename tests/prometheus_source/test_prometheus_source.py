@@ -178,9 +178,11 @@ async def test_prometheus_error_answers_are_surfaced_with_the_query(caplog: pyte
         with pytest.raises(SourceError) as failed:
             await src.poll(T)
         assert not failed.value.recoverable  # a syntax error stays one
+        await src.aclose()
         src = PrometheusSource(config(server.url, [{"query": "heavy"}, {"query": "a * on() b"}], max_retries=0))
         with pytest.raises(SourceError, match=r"HTTP 503: timeout: query timed out in expression evaluation, giving"):
             await src.poll(T)
+        await src.aclose()
 
 
 async def test_one_failing_query_loses_no_other_samples_and_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -208,16 +210,20 @@ async def test_an_answer_with_too_many_series_or_twice_the_same_series_fails_its
         src = PrometheusSource(config(server.url, [{"query": "many", "max_series": 2}]))
         with pytest.raises(SourceError, match=r"3 series, more than max_series \(2\): narrow the query or raise it"):
             await src.poll(T)
+        await src.aclose()
         src = PrometheusSource(config(server.url, [{"query": "many", "max_series": 3}]))
         assert len(await src.poll(T)) == 3
+        await src.aclose()
         # Beside a query that works, the one over its limit is left out, and the source's health says which.
         src = PrometheusSource(config(server.url, [{"query": "many", "max_series": 2}, {"query": "many"}]))
         assert len(await src.poll(T)) == 3
         where = f"prometheus source prom: queries[0] ('many') at 127.0.0.1:{server.port}"
         assert src.take_cuts() == [f"{where}: 3 series, more than max_series (2): narrow the query or raise it"]
+        await src.aclose()
         src = PrometheusSource(config(server.url, [{"query": '{__name__=~"a|b"}', "metric": "ab"}]))
         with pytest.raises(SourceError, match=r'two series are one once __name__ is dropped: ab\{gpu="0"'):
             await src.poll(T)
+        await src.aclose()
 
 
 async def test_malformed_answers_fail_the_query_clearly() -> None:
@@ -331,6 +337,7 @@ async def test_basic_auth_and_bearer_token_are_sent_and_never_logged_or_told(
         with pytest.raises(SourceError) as failed:
             await src.poll(T)
         told.append(str(failed.value))
+        await src.aclose()
     host = f"127.0.0.1:{server.port}"
     assert told[0] == (
         f"prometheus source prom: Prometheus at {host} refused the credentials (HTTP 401): "

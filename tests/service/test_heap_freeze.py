@@ -56,7 +56,7 @@ def test_alertd_run_freezes_its_heap_once_its_sources_were_read(tmp_path: Path) 
         assert json.loads(fired[-1])["step"] == 50
     finally:
         proc.terminate()
-        proc.wait(30)
+        proc.communicate(timeout=30)  # its pipe read to the end and closed
 
 
 def _lines_until(proc: subprocess.Popen[str], text: str, timeout: float) -> list[str]:

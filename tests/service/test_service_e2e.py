@@ -94,6 +94,7 @@ def test_a_bad_rules_file_exits_1_naming_the_problem(tmp_path: Path) -> None:
     rules.write_text("rules:\n  - {name: a, metric: loss, condition: nonfinite, bogus: 1}\n")
     alertd = Alertd(rules, tmp_path / "state")
     assert alertd.proc.wait(30) == 1
+    alertd.stop()  # exited already: no signal, its log file closed
     assert "rules[0].bogus: unknown key 'bogus'" in alertd.logs()
 
 

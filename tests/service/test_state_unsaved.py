@@ -78,8 +78,7 @@ def _locked(db: Path) -> Iterator[None]:
         yield
     finally:
         assert locker.stdin is not None
-        locker.stdin.close()
-        locker.wait(10)
+        locker.communicate(timeout=10)  # stdin closed (the lock let go), stdout read to the end and closed
 
 
 def test_a_locked_database_alerting_goes_on_from_memory_and_state_not_saved_fires_then_resolves(
