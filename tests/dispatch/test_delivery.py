@@ -16,7 +16,6 @@ from alertd.model import Transition
 from .helpers import FIRING, RESOLVED, Table, route, tr
 from .receiver import HttpTestNotifier, Receiver, free_port
 
-
 _OPENED: list[Outbox] = []
 
 
