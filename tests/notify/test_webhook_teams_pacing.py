@@ -44,6 +44,7 @@ async def test_a_burst_reaches_teams_at_most_four_a_second(tmp_path: Path, serve
             await asyncio.sleep(min(max(wait, 0.0), 1.0))
     finally:
         await notifier.aclose()
+        d.outbox.close()
 
     assert delivered == COUNT
     arrivals = sorted(r.at for r in server.requests)
