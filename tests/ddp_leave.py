@@ -1,10 +1,11 @@
 """How the tests' torchrun children end their Gloo process group: no rank closes its connections while another is
 still inside a collective.
 
-`dist.barrier()` before `destroy_process_group()` is not enough: a rank that has passed the barrier may close its
-connections while a slower rank is still completing it, and Gloo then fails the slower rank's barrier with
-"Connection closed by peer" (a Python traceback, the job "crashed": seen once in CI, in
-test_exec_torchrun.py, after every rank had recorded its stop). Here each rank counts itself out in torchrun's
+`dist.barrier()` before `destroy_process_group()` does not ensure it: a rank that has passed the barrier may
+close its connections while a slower rank is still completing it, and Gloo may then fail the slower rank's
+barrier with "Connection closed by peer" (PyTorch issue #61670). The likely cause of a CI failure in
+test_exec_torchrun.py: a rank's Python traceback after every rank had recorded its stop, the job "crashed"; not
+reproduced here. Here each rank counts itself out in torchrun's
 own store (the agent's TCPStore, outside every worker: MASTER_ADDR/MASTER_PORT, as torchrun documents) and waits
 for every rank's count before it closes anything: by then no rank has a Gloo operation in flight.
 

@@ -27,12 +27,17 @@ def _close_outboxes() -> Iterator[None]:
         _OPENED.pop().close()
 
 
-def dispatcher(state: Path, notifier: HttpTestNotifier, seed: int = 1) -> Dispatcher:
+def opened(state: Path) -> Outbox:
+    """An outbox in `state`, closed after the test."""
     outbox = Outbox(state)
     _OPENED.append(outbox)
+    return outbox
+
+
+def dispatcher(state: Path, notifier: HttpTestNotifier, seed: int = 1) -> Dispatcher:
     return Dispatcher(
         route=route({"receivers": ["hook"]}),
-        outbox=outbox,
+        outbox=opened(state),
         notifiers={"hook": notifier},
         backoff=Backoff(base=1.0, cap=300.0),
         rng=random.Random(seed),
@@ -167,9 +172,7 @@ async def test_non_recoverable_error_is_not_retried(tmp_path: Path, receiver: Re
 
 @pytest.mark.anyio
 async def test_unknown_receiver_is_a_failure_not_a_loop(tmp_path: Path, hook: HttpTestNotifier) -> None:
-    outbox = Outbox(tmp_path)
-    _OPENED.append(outbox)
-    d = Dispatcher(route=route({"receivers": ["gone"]}), outbox=outbox, notifiers={"hook": hook})
+    d = Dispatcher(route=route({"receivers": ["gone"]}), outbox=opened(tmp_path), notifiers={"hook": hook})
     d.submit([tr("nan", FIRING, 0.0)], None, 0.0)
     (out,) = await d.deliver_due(0.0)
     assert out.result == "failed" and out.error is not None and "'gone'" in out.error
