@@ -118,10 +118,18 @@ async def read_capped(stream: asyncio.StreamReader, keep: int, sizes: list[int] 
 
 
 async def write_all(stdin: asyncio.StreamWriter, data: bytes) -> None:
-    """Write `data` and close stdin; a program that does not read it is not an error."""
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        stdin.write(data)
-        await stdin.drain()
+    """Write `data` and close stdin; a program that does not read it is not an error.
+
+    Cancelled (the program exited or was killed, and a descendant holds its stdin without reading), what is left
+    unwritten is dropped and the pipe closed at once: a graceful close would keep the pipe and the rest of
+    `data` until that descendant ends."""
+    try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            stdin.write(data)
+            await stdin.drain()
+    except asyncio.CancelledError:
+        stdin.transport.abort()
+        raise
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
         stdin.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -46,6 +47,15 @@ async def send_error(n: ExecNotifier) -> NotifyError:
     with pytest.raises(NotifyError) as info:
         await n.send(notification())
     return info.value
+
+
+def open_fds() -> set[str]:
+    """What this process's open file descriptors point at (pipes by inode)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the directory's own descriptor, closed as it is listed
+            out.add(os.readlink(f"/proc/self/fd/{fd}"))
+    return out
 
 
 def gone(pid: int) -> bool:
@@ -176,11 +186,18 @@ async def test_a_program_that_ignores_stdin_and_leaves_a_daemon_is_delivered(tmp
     )
     n = notifier(tmp_path, code, timeout="20s")
     many = notification(*(transition(run=f"exp{i}", summary="x" * 500) for i in range(400)))
+    fds = open_fds()
     started = time.monotonic()
     try:
         await n.send(many)
         assert time.monotonic() - started < 10  # not the daemon's 30 s, nor the timeout
         assert not gone(int(pid_file.read_text()))  # after a normal exit, descendants are left alone
+        # the body the program never read is dropped: no pipe of it stays open while the daemon lives on
+        for _ in range(40):
+            if open_fds() <= fds:
+                break
+            await asyncio.sleep(0.05)
+        assert open_fds() <= fds, sorted(open_fds() - fds)
     finally:
         os.kill(int(pid_file.read_text()), 9)
 
