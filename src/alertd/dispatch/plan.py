@@ -29,7 +29,7 @@ milliseconds, whatever an earlier alert of the same group did.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from alertd.dispatch.codec import group_from_json, group_to_json
@@ -130,7 +130,7 @@ def plan(
     unrouted: list[Suppressed] = _insert(groups, changes, route, now)
     if alerts is not None:
         _reconcile(groups, alerts, route, now)
-    sources = _firing_sources(groups, alerts)
+    sources = FiringSources(dict(groups) if alerts is None else groups, alerts)
     active = [s for s in silences if s.is_active(now)]
     log = dict(state.log)
     updates: dict[LogKey, LogEntry] = {}
@@ -274,18 +274,17 @@ def _firing(t: Transition) -> bool:
 
 def _reconcile(groups: dict[str, Group], alerts: Mapping[str, Alert], root: Route, now: float) -> None:
     firing = {fp: a for fp, a in alerts.items() if a.state is AlertState.FIRING}
-    held: set[str] = set()
-    for key, group in list(groups.items()):
-        gone = {
-            fp: _resolved_now(t, now)
-            for fp, t in group.alerts.items()
-            if t.state is TransitionKind.FIRING and fp not in firing
-        }
-        if gone:
-            groups[key] = replace(group, alerts={**group.alerts, **gone})
-        held.update(fp for fp, t in group.alerts.items() if t.state is TransitionKind.FIRING)
+    # one pass over every group's alerts, not a set and a dict made per group: a storm has thousands of groups
+    held = [(key, fp) for key, g in groups.items() for fp, t in g.alerts.items() if t.state is TransitionKind.FIRING]
+    gone: dict[str, list[str]] = {}
+    for key, fp in [kf for kf in held if kf[1] not in firing]:
+        gone.setdefault(key, []).append(fp)
+    for key, fps in gone.items():
+        mine = groups[key].alerts
+        groups[key] = replace(groups[key], alerts={**mine, **{fp: _resolved_now(mine[fp], now) for fp in fps}})
+    held_fps = {fp for _, fp in held}
     # unrouted ones were reported when they fired
-    _insert(groups, (transition_of(a) for fp, a in firing.items() if fp not in held), root, now)
+    _insert(groups, (transition_of(a) for fp, a in firing.items() if fp not in held_fps), root, now)
 
 
 def _resolved_now(t: Transition, now: float) -> Transition:
@@ -308,19 +307,46 @@ def transition_of(alert: Alert) -> Transition:
     )
 
 
-def _firing_sources(groups: Mapping[str, Group], alerts: Mapping[str, Alert] | None) -> dict[str, dict[str, str]]:
-    if alerts is not None:
-        return {
-            fp: alert_label_map(a.rule, a.labels, a.severity)
-            for fp, a in alerts.items()
-            if a.state is AlertState.FIRING
-        }
-    return {
-        fp: alert_label_map(t.rule, t.labels, t.severity)
-        for g in groups.values()
-        for fp, t in g.alerts.items()
-        if t.state is TransitionKind.FIRING
-    }
+class FiringSources(Mapping[str, Mapping[str, str]]):
+    """The label maps of the firing alerts (by fingerprint), which inhibit rules look through: those of `alerts`,
+    or where none are given, of the alerts the groups hold as firing.
+
+    Made at the first look, not with every plan: most plans check no alert against an inhibit rule (there are
+    none, or no group is due), and a storm's thousands of firing alerts would cost a label map each per plan.
+    (`plan` changes its groups while it flushes, but not which alerts they hold as firing.)"""
+
+    def __init__(self, groups: Mapping[str, Group], alerts: Mapping[str, Alert] | None) -> None:
+        self._groups, self._alerts = groups, alerts
+        self._maps: dict[str, dict[str, str]] | None = None
+
+    def _made(self) -> dict[str, dict[str, str]]:
+        if self._maps is None:
+            if self._alerts is not None:
+                self._maps = {
+                    fp: alert_label_map(a.rule, a.labels, a.severity)
+                    for fp, a in self._alerts.items()
+                    if a.state is AlertState.FIRING
+                }
+            else:
+                self._maps = {
+                    fp: alert_label_map(t.rule, t.labels, t.severity)
+                    for g in self._groups.values()
+                    for fp, t in g.alerts.items()
+                    if t.state is TransitionKind.FIRING
+                }
+        return self._maps
+
+    def __getitem__(self, fingerprint: str) -> Mapping[str, str]:
+        return self._made()[fingerprint]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._made())
+
+    def __len__(self) -> int:
+        return len(self._made())
+
+    def items(self) -> ItemsView[str, Mapping[str, str]]:
+        return self._made().items()  # the dict's own view: no look-up per entry
 
 
 def _immediate(
