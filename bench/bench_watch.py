@@ -13,6 +13,9 @@ figure's line ends with what alertd logged about how it watches (notifications, 
    the file kept open as a trainer keeps it). Each run is its own alert (`group_by: [rule, run]`). The
    figure is from just before the write to the webhook's arrival (the receiver's `time.monotonic()`).
    The writes are spread at random over the poll interval, so the poll figure is not phase-locked.
+   Beside the notified figure, the HTTP exchange by itself: a process of its own POSTs the last alert's body
+   to the same receiver through httpx (as alertd's webhook notifier does), 100 times; the difference of the
+   medians is what alertd spends reading, judging and committing the alert.
 2. CPU of the alertd process with a logdir of 10, 1,000 and 10,000 run directories, each holding one
    small event file written before alertd starts (framed bytes written directly: no TensorBoard writer,
    so setup stays fast); one of them is live. The notify and the poll alertd run side by side, each on
@@ -227,6 +230,42 @@ def latency(work: Path, watch: str, receiver: Receiver, trials: int = TRIALS) ->
         alertd.stop()
 
 
+POSTER = r"""
+import asyncio, json, sys, time
+import httpx
+async def main():
+    body = sys.stdin.buffer.read()
+    async with httpx.AsyncClient() as client:
+        for i in range(int(sys.argv[2]) + 1):  # the first warms up, as alertd's start-up does (alertd.notify.warm)
+            await asyncio.sleep(0.02)
+            t0 = time.monotonic()
+            headers = {"Content-Type": "application/json", "User-Agent": "alertd", "Idempotency-Key": f"post-{i}"}
+            response = await client.post(sys.argv[1], content=body, headers=headers)
+            await response.aread()
+            if i:
+                print(t0, flush=True)
+asyncio.run(main())
+"""
+
+
+def post_alone(receiver: Receiver, body: dict[str, object], trials: int = NOTIFY_TRIALS) -> list[float]:
+    """The HTTP exchange by itself: a process of its own POSTs `body` (the last alert's, as delivered) to the
+    same receiver `trials` times through httpx (after one POST that warms it up), as alertd's webhook notifier
+    does; seconds from just before each POST to the receiver's arrival (the same clock as the latency trials)."""
+    seen = len(receiver.recorder.arrivals)
+    done = subprocess.run(
+        [sys.executable, "-c", POSTER, receiver.url, str(trials)],
+        input=json.dumps(body).encode(),
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    starts = [float(line) for line in done.stdout.split()]
+    arrivals = receiver.recorder.arrivals[seen + 1 :]
+    assert len(arrivals) == len(starts) == trials, (len(arrivals), len(starts))
+    return [a - t for a, t in zip(arrivals, starts, strict=True)]
+
+
 def cpu(work: Path, runs: int, url: str) -> dict[str, tuple[Alertd, float, float]]:
     """Per watch mode, side by side: (its alertd, idle CPU in cores, CPU seconds per wake-up)."""
     lives = {watch: make_logdir(work / f"runs{runs}-{watch}", runs) for watch in MODES}
@@ -274,6 +313,14 @@ def main() -> None:
                 f"latency NaN->webhook, notify: median {1e3 * statistics.median(notify):.1f} ms, "
                 f"p95 {1e3 * percentile(notify, 0.95):.1f} ms, p99 {1e3 * percentile(notify, 0.99):.1f} ms, "
                 f"max {1e3 * max(notify):.1f} ms over {NOTIFY_TRIALS} trials (target p99 <= 10 ms) [{how}]",
+                flush=True,
+            )
+            alone = post_alone(receiver, receiver.recorder.bodies[-1])
+            print(
+                f"latency of the webhook's POST alone (httpx from a process of its own, the same body and receiver): "
+                f"median {1e3 * statistics.median(alone):.1f} ms, p99 {1e3 * percentile(alone, 0.99):.1f} ms over "
+                f"{len(alone)} POSTs; NaN->webhook's median less it: "
+                f"{1e3 * (statistics.median(notify) - statistics.median(alone)):.1f} ms (reading, rules, outbox)",
                 flush=True,
             )
             poll, how = latency(work, "poll", receiver)
