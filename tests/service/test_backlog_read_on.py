@@ -48,7 +48,9 @@ def test_the_service_reads_a_long_backlog_on_at_once_and_fires_on_its_last_line(
         series = service.engine.buffer.get(key)
         last = -1 if series is None else series.steps[-1]
         firing = sorted(a.rule for a in service.engine.state.alerts(service.engine.ruleset.rules))
-        return last, firing, service.health["logs"].polls
+        polls = service.health["logs"].polls
+        await service.runner.stop()  # the source's open log closed, as the service's shutdown does
+        return last, firing, polls
 
     last, firing, polls = asyncio.run(scenario())
     service.close()
