@@ -63,6 +63,16 @@ def ends_with_run(key: SeriesKey) -> bool:
     return not key.metric.startswith(RUN_LIFE)
 
 
+@dataclass
+class AlertMemo:
+    """What `EvalState.alerts` keeps from one call to the next (its caller holds it): the alert made of each
+    pair's track and rule, and the order of the last call's alerts under the `rules` object it was given."""
+
+    made: dict[PairKey, tuple[Track, Rule, Alert]] = field(default_factory=dict)
+    order: dict[PairKey, None] = field(default_factory=dict)
+    rules: object = None
+
+
 @dataclass(frozen=True)
 class EvalState:
     """What one evaluation hands to the next: a track per (rule, series) and the buffer version seen."""
@@ -88,24 +98,25 @@ class EvalState:
             return self.active
         return frozenset(p for p, tr in self.tracks.items() if tr.state is not AlertState.INACTIVE)
 
-    def alerts(
-        self, rules: Iterable[Rule], memo: dict[PairKey, tuple[Track, Rule, Alert]] | None = None
-    ) -> list[Alert]:
+    def alerts(self, rules: Iterable[Rule], memo: AlertMemo | None = None) -> list[Alert]:
         """The alerts that are pending or firing, in rule and label order (the cost follows their number).
 
         `memo` (the caller's, kept between calls): an alert whose track and rule are the ones it was made of is
-        taken from it, not made again (a track is replaced, never changed); it is left holding this call's."""
+        taken from it, not made again (a track is replaced, never changed); it is left holding this call's. While
+        the same pairs alert under the same `rules` (the same object), the last call's order is taken as well,
+        not sorted again (an alert's place follows its rule and labels alone, which its pair and rule fix)."""
         by_name = {r.name: r for r in rules}
         out = []
         kept: dict[PairKey, tuple[Track, Rule, Alert]] = {}
+        made = memo.made if memo is not None else None
         for pair in self.active_pairs():
             name, key = pair
             tr = self.tracks.get(pair)
             rule = by_name.get(name)
             if rule is None or tr is None or tr.state is AlertState.INACTIVE:
                 continue
-            if memo is not None:
-                hit = memo.get(pair)
+            if made is not None:
+                hit = made.get(pair)
                 if hit is not None and hit[0] is tr and hit[1] is rule:
                     kept[pair] = hit
                     out.append(hit[2])
@@ -125,10 +136,17 @@ class EvalState:
             )
             kept[pair] = (tr, rule, alert)
             out.append(alert)
-        if memo is not None:
-            memo.clear()
-            memo.update(kept)
-        out.sort(key=lambda a: (a.rule, a.labels))
+        if memo is None:
+            out.sort(key=lambda a: (a.rule, a.labels))
+            return out
+        if memo.rules is rules and kept.keys() == memo.order.keys():
+            out = [kept[pair][2] for pair in memo.order]
+        else:
+            ordered = sorted(kept.items(), key=lambda item: (item[1][2].rule, item[1][2].labels))
+            memo.order = dict.fromkeys(pair for pair, _ in ordered)
+            memo.rules = rules
+            out = [hit[2] for _, hit in ordered]
+        memo.made = kept
         return out
 
 

@@ -34,7 +34,7 @@ from alertd.model import Alert, Sample, Transition, TransitionKind
 from alertd.notify.base import Notifier
 from alertd.notify.warm import warm_http
 from alertd.rules.carry import carry_over
-from alertd.rules.evaluate import PairKey, RuleSet
+from alertd.rules.evaluate import AlertMemo, PairKey, RuleSet
 from alertd.runs.tracker import RunTracker, action_entry
 from alertd.service.child import ChildRun
 from alertd.service.delivery import Deliveries
@@ -110,7 +110,7 @@ class Service:
         """When the service started running (Alertmanager's `uptime`), epoch seconds."""
         self._planned: frozenset[PairKey] | None = None
         """The alerts active when the dispatcher last planned (None: plan at the next evaluation)."""
-        self._alert_memo: dict[PairKey, Any] = {}
+        self._alert_memo = AlertMemo()
         self._reloading = False
         self._stop = asyncio.Event()
         self._closing: set[asyncio.Task[Any]] = set()

@@ -1,0 +1,60 @@
+"""`EvalState.alerts` with the service's memo (alerts made once per track, the last call's order taken again while
+the same pairs alert under the same rules) against the same call without one (every alert made, sorted by rule
+and labels): the same list, evaluation after evaluation, as alerts fire, resolve and come back and the rules are
+reloaded (new rule objects, and a rule whose labels change, which moves its alerts in the order)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from alertd.buffer import SeriesBuffer
+from alertd.config import RuleConfig
+from alertd.model import Sample, SeriesKey, make_labels
+from alertd.rules import RuleSet, evaluate
+from alertd.rules.evaluate import AlertMemo
+
+RUNS = ["a", "b", "c", "d", "e"]
+METRICS = ["loss", "grad_norm"]
+
+
+def ruleset(team: str) -> RuleSet:
+    """Two rules; the second's label `team` places its alerts after or before the first's in the order."""
+    return RuleSet(
+        [
+            RuleConfig.model_validate({"name": "high", "metric": "*", "condition": "> 5"}).build(),
+            RuleConfig.model_validate(
+                {"name": "hi", "metric": "loss", "condition": "> 7", "labels": {"team": team}}
+            ).build(),
+        ]
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ticks=st.lists(
+        st.tuples(
+            st.lists(st.tuples(st.sampled_from(RUNS), st.sampled_from(METRICS), st.sampled_from([1.0, 6.0, 9.0]))),
+            st.sampled_from(["keep", "keep", "keep", "reload", "relabel"]),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_the_memo_gives_what_a_fresh_sorted_call_gives(ticks: list[tuple[list[tuple[str, str, float]], str]]) -> None:
+    buf = SeriesBuffer()
+    rules, team = ruleset("x"), "x"
+    memo = AlertMemo()
+    state = None
+    for i, (samples, change) in enumerate(ticks):
+        if change == "reload":
+            rules = ruleset(team)  # the same rules, new objects
+        elif change == "relabel":
+            team = "a" if team == "x" else "x"
+            rules = ruleset(team)
+        t = float(i + 1)
+        buf.append([Sample(SeriesKey(m, make_labels({"source": "s", "run": run})), t, i, v) for run, m, v in samples])
+        state = evaluate(rules, buf, t, state).state
+        with_memo = state.alerts(rules.rules, memo)
+        assert with_memo == state.alerts(rules.rules)
+        assert with_memo == sorted(with_memo, key=lambda a: (a.rule, a.labels))
