@@ -1,7 +1,7 @@
 """`EvalState.alerts` with the service's memo (alerts made once per track, the last call's order taken again while
 the same pairs alert under the same rules) against the same call without one (every alert made, sorted by rule
 and labels): the same list, evaluation after evaluation, as alerts fire, resolve and come back and the rules are
-reloaded (new rule objects, and a rule whose labels change, which moves its alerts in the order)."""
+reloaded (new rule objects, some with a changed label on their alerts)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ METRICS = ["loss", "grad_norm"]
 
 
 def ruleset(team: str) -> RuleSet:
-    """Two rules; the second's label `team` places its alerts after or before the first's in the order."""
+    """Two rules; the second puts the label `team` on its alerts."""
     return RuleSet(
         [
             RuleConfig.model_validate({"name": "high", "metric": "*", "condition": "> 5"}).build(),

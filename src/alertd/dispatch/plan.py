@@ -130,7 +130,7 @@ def plan(
     unrouted: list[Suppressed] = _insert(groups, changes, route, now)
     if alerts is not None:
         _reconcile(groups, alerts, route, now)
-    sources = FiringSources(dict(groups) if alerts is None else groups, alerts)
+    sources = FiringSources(groups, alerts)
     active = [s for s in silences if s.is_active(now)]
     log = dict(state.log)
     updates: dict[LogKey, LogEntry] = {}

@@ -106,7 +106,6 @@ class EvalState:
         the same pairs alert under the same `rules` (the same object), the last call's order is taken as well,
         not sorted again (an alert's place follows its rule and labels alone, which its pair and rule fix)."""
         by_name = {r.name: r for r in rules}
-        out = []
         kept: dict[PairKey, tuple[Track, Rule, Alert]] = {}
         made = memo.made if memo is not None else None
         for pair in self.active_pairs():
@@ -119,7 +118,6 @@ class EvalState:
                 hit = made.get(pair)
                 if hit is not None and hit[0] is tr and hit[1] is rule:
                     kept[pair] = hit
-                    out.append(hit[2])
                     continue
             alert = Alert(
                 rule=name,
@@ -135,19 +133,13 @@ class EvalState:
                 notify=rule.notify,
             )
             kept[pair] = (tr, rule, alert)
-            out.append(alert)
-        if memo is None:
-            out.sort(key=lambda a: (a.rule, a.labels))
-            return out
-        if memo.rules is rules and kept.keys() == memo.order.keys():
-            out = [kept[pair][2] for pair in memo.order]
+        if memo is not None and memo.rules is rules and kept.keys() == memo.order.keys():
+            order = memo.order
         else:
-            ordered = sorted(kept.items(), key=lambda item: (item[1][2].rule, item[1][2].labels))
-            memo.order = dict.fromkeys(pair for pair, _ in ordered)
-            memo.rules = rules
-            out = [hit[2] for _, hit in ordered]
-        memo.made = kept
-        return out
+            order = dict.fromkeys(sorted(kept, key=lambda pair: (kept[pair][2].rule, kept[pair][2].labels)))
+        if memo is not None:
+            memo.made, memo.order, memo.rules = kept, order, rules
+        return [kept[pair][2] for pair in order]
 
 
 @dataclass(frozen=True)
