@@ -1,7 +1,8 @@
 """The dispatcher the app uses: plan (pure) + outbox (durable) + delivery (async, retrying).
 
 The app calls `submit(transitions, alerts, now, also=...)` after every evaluation, and again (with no
-transitions) whenever `next_wakeup()` has passed, then `await deliver_due(now)`. Each `submit` is one
+transitions) whenever a group timer is `due(now)`; it sleeps until `next_wakeup()` (a group timer, or a
+notification due in the outbox) and then `await deliver_due(now)`. Each `submit` is one
 transaction: the notifications, the notification log, the open groups and whatever `also` writes (the
 app's alert states and source cursors). On start the notification log and the open groups are read back
 from the outbox, so a restart neither re-sends what was sent nor forgets it (a resolution waiting for

@@ -66,8 +66,7 @@ class Deliveries:
         while not stop.is_set():
             self._wake.clear()
             now = self._now()
-            wake = dispatcher.next_wakeup()
-            if wake is not None and wake <= now:
+            if dispatcher.due(now):  # a group timer (not a delivery alone: no plan, no look at every alert for it)
                 dispatcher.submit((), self._alerts(), now)
             try:
                 await dispatcher.deliver_due(now)
