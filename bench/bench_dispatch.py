@@ -1,4 +1,5 @@
-"""Dispatcher figures: planning cost per tick, outbox write rate, delivery-pipeline overhead.
+"""Dispatcher figures: planning cost per tick, the service's alerts for a plan, outbox write rate,
+delivery-pipeline overhead.
 
 Run: PYTHONPATH=src python bench/bench_dispatch.py
 """
@@ -6,17 +7,22 @@ Run: PYTHONPATH=src python bench/bench_dispatch.py
 from __future__ import annotations
 
 import asyncio
+import math
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from alertd.buffer import SeriesBuffer
+from alertd.config import RuleConfig
 from alertd.dispatch.dispatcher import Dispatcher
 from alertd.dispatch.outbox import Outbox
 from alertd.dispatch.plan import Plan, PlanState, plan
 from alertd.dispatch.route_config import RouteConfig
-from alertd.model import Alert, AlertState, Notification, Transition, TransitionKind, make_labels
+from alertd.model import Alert, AlertState, Notification, Sample, SeriesKey, Transition, TransitionKind, make_labels
+from alertd.rules import RuleSet, evaluate
+from alertd.rules.evaluate import AlertMemo
 
 RUNS, RULES = 1000, 10
 ROUTE = RouteConfig.model_validate(
@@ -71,6 +77,42 @@ def bench_plan() -> None:
     print(f"plan: {len(flush.state.groups)} groups flushed, nothing to send: {t_flush * 1e3:.1f} ms (median of 5)")
 
 
+def bench_alerts(firing: int = 10_000, times: int = 5) -> None:
+    """The service's alerts for a plan (`Service._alerts`: `EvalState.alerts` with its memo, by fingerprint) with
+    `firing` alerts firing: while the same pairs alert, and at an evaluation where one more fired; beside the same
+    call without the memo (every alert made and sorted again: what each plan cost before the memo)."""
+    rules = RuleSet([RuleConfig.model_validate({"name": "nan", "metric": "loss", "condition": "nonfinite"}).build()])
+    keys = [SeriesKey("loss", make_labels({"source": "tb", "run": f"run{i}"})) for i in range(firing + times)]
+    buf = SeriesBuffer()
+    buf.append([Sample(k, 1.0, 1, math.nan) for k in keys[:firing]])
+    state = evaluate(rules, buf, 1.0).state
+    memo = AlertMemo()
+
+    def by_fingerprint(m: AlertMemo | None) -> dict[str, Alert]:
+        return {a.fingerprint: a for a in state.alerts(rules.rules, m)}
+
+    by_fingerprint(memo)
+    same, more, fresh = [], [], []
+    for i in range(times):
+        t0 = time.perf_counter()
+        by_fingerprint(memo)
+        same.append(time.perf_counter() - t0)
+        buf.append([Sample(keys[firing + i], 2.0 + i, 2 + i, math.nan)], 2.0 + i)
+        state = evaluate(rules, buf, 2.0 + i, state).state
+        t0 = time.perf_counter()
+        got = by_fingerprint(memo)
+        more.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        assert by_fingerprint(None) == got
+        fresh.append(time.perf_counter() - t0)
+    med = [statistics.median(x) * 1e3 for x in (same, more, fresh)]
+    print(
+        f"alerts for a plan, {firing} firing: the same ones alerting {med[0]:.1f} ms, one more fired {med[1]:.1f} ms "
+        f"(median of {times}); without the service's memo (made and sorted afresh) {med[2]:.1f} ms "
+        f"({med[2] / med[1]:.1f}x the one more)"
+    )
+
+
 def bench_outbox_and_delivery() -> None:
     fired, alerts = _alerts(0.0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -92,4 +134,5 @@ def bench_outbox_and_delivery() -> None:
 
 if __name__ == "__main__":
     bench_plan()
+    bench_alerts()
     bench_outbox_and_delivery()

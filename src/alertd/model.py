@@ -170,11 +170,12 @@ class Alert:
     fired_at: float | None
     annotations: tuple[tuple[str, str], ...] = ()
     notify: tuple[str, ...] = ()
+    fingerprint: str = field(init=False, repr=False, compare=False)
+    """The alert's identity: Alertmanager's fingerprint of its labels, `alertname` and `severity` included (worked
+    out once, as the alert is made: a plan looks it up for every firing alert)."""
 
-    @property
-    def fingerprint(self) -> str:
-        """The alert's identity: Alertmanager's fingerprint of its labels, `alertname` and `severity` included."""
-        return alert_fingerprint(self.rule, self.labels, self.severity)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fingerprint", alert_fingerprint(self.rule, self.labels, self.severity))
 
 
 def am_labels(rule: str, labels: Labels, severity: str) -> Labels:

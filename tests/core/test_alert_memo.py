@@ -1,7 +1,7 @@
 """`EvalState.alerts` with the service's memo (alerts made once per track, the last call's order taken again while
 the same pairs alert under the same rules) against the same call without one (every alert made, sorted by rule
-and labels): the same list, evaluation after evaluation, as alerts fire, resolve and come back and the rules are
-reloaded (new rule objects, some with a changed label on their alerts)."""
+and labels): the same list, evaluation after evaluation, as alerts fire, resolve and come back (among up to 120
+firing all along) and the rules are reloaded (new rule objects, some with a changed label on their alerts)."""
 
 from __future__ import annotations
 
@@ -39,13 +39,22 @@ def ruleset(team: str) -> RuleSet:
         ),
         min_size=1,
         max_size=12,
-    )
+    ),
+    background=st.integers(0, 60),
 )
-def test_the_memo_gives_what_a_fresh_sorted_call_gives(ticks: list[tuple[list[tuple[str, str, float]], str]]) -> None:
+def test_the_memo_gives_what_a_fresh_sorted_call_gives(
+    ticks: list[tuple[list[tuple[str, str, float]], str]], background: int
+) -> None:
     buf = SeriesBuffer()
     rules, team = ruleset("x"), "x"
     memo = AlertMemo()
-    state = None
+    # `background` runs firing all along, their names between the ticks' runs ("a" < "a0" < "b" < "b1" ...): the
+    # alerts that come and go in the ticks are then few beside those already in the last order, and are put in
+    # their places in it (not sorted again with the rest)
+    firing = [f"{RUNS[k % len(RUNS)]}{k}" for k in range(background)]
+    buf.append([Sample(SeriesKey("loss", make_labels({"source": "s", "run": run})), 0.0, 0, 9.0) for run in firing])
+    state = evaluate(rules, buf, 0.0).state
+    assert len(state.alerts(rules.rules, memo)) == 2 * background
     for i, (samples, change) in enumerate(ticks):
         if change == "reload":
             rules = ruleset(team)  # the same rules, new objects

@@ -15,6 +15,7 @@ so a step judged late is judged on the same clock as when it comes at once.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -71,6 +72,28 @@ class AlertMemo:
     made: dict[PairKey, tuple[Track, Rule, Alert]] = field(default_factory=dict)
     order: dict[PairKey, None] = field(default_factory=dict)
     rules: object = None
+
+
+def _place(alert: Alert) -> tuple[str, Labels]:
+    """Where an alert goes in `EvalState.alerts`: by rule, then labels."""
+    return alert.rule, alert.labels
+
+
+def _reordered(last: dict[PairKey, None], kept: dict[PairKey, tuple[Track, Rule, Alert]]) -> dict[PairKey, None]:
+    """`kept`'s pairs in the order of their alerts' places, from the last call's order (same rules): the pairs
+    gone are dropped and the new ones put in their places, each found by a binary search (alerts that come and
+    go one by one among thousands firing cost a pass, not a sort). Many new ones: sorted, all of them."""
+    order = [pair for pair in last if pair in kept]
+    new = [pair for pair in kept if pair not in last]
+    if len(new) * 8 > len(order):
+        return dict.fromkeys(sorted(kept, key=lambda pair: _place(kept[pair][2])))
+
+    def place(pair: PairKey) -> tuple[str, Labels]:
+        return _place(kept[pair][2])
+
+    for pair in new:
+        order.insert(bisect_right(order, place(pair), key=place), pair)
+    return dict.fromkeys(order)
 
 
 @dataclass(frozen=True)
@@ -133,10 +156,10 @@ class EvalState:
                 notify=rule.notify,
             )
             kept[pair] = (tr, rule, alert)
-        if memo is not None and memo.rules is rules and kept.keys() == memo.order.keys():
-            order = memo.order
+        if memo is not None and memo.rules is rules:
+            order = memo.order if kept.keys() == memo.order.keys() else _reordered(memo.order, kept)
         else:
-            order = dict.fromkeys(sorted(kept, key=lambda pair: (kept[pair][2].rule, kept[pair][2].labels)))
+            order = dict.fromkeys(sorted(kept, key=lambda pair: _place(kept[pair][2])))
         if memo is not None:
             memo.made, memo.order, memo.rules = kept, order, rules
         return [kept[pair][2] for pair in order]
