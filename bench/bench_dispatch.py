@@ -1,5 +1,5 @@
-"""Dispatcher figures: planning cost per tick, the service's alerts for a plan, outbox write rate,
-delivery-pipeline overhead.
+"""Dispatcher figures: planning cost per tick, the service's alerts for a plan, an open group's JSON, outbox
+write rate, delivery-pipeline overhead.
 
 Run: PYTHONPATH=src python bench/bench_dispatch.py
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from alertd.buffer import SeriesBuffer
 from alertd.config import RuleConfig
+from alertd.dispatch.codec import GroupTexts, group_to_json
 from alertd.dispatch.dispatcher import Dispatcher
 from alertd.dispatch.outbox import Outbox
 from alertd.dispatch.plan import Plan, PlanState, plan
@@ -113,6 +114,32 @@ def bench_alerts(firing: int = 10_000, times: int = 5) -> None:
     )
 
 
+def bench_group_text(size: int = 10_000, times: int = 5) -> None:
+    """The JSON of one open group holding `size` alerts (a storm in one group), written as the outbox does each
+    time an alert joins it: from the parts kept for the alerts already in it (`GroupTexts`), beside the whole
+    group turned into JSON again (`group_to_json`, as every such write did before)."""
+    fired, _ = _alerts(0.0)
+    alerts = {t.fingerprint: t for t in fired[: size + times]}
+    fps = list(alerts)
+    texts = GroupTexts()
+    labels = make_labels({"rule": "storm"})
+    texts.text("g", "{}", labels, {fp: alerts[fp] for fp in fps[:size]}, 30.0)
+    kept, whole = [], []
+    for i in range(times):
+        group = {fp: alerts[fp] for fp in fps[: size + i + 1]}
+        t0 = time.perf_counter()
+        text = texts.text("g", "{}", labels, group, 30.0)
+        kept.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        assert group_to_json("{}", labels, group, 30.0) == text
+        whole.append(time.perf_counter() - t0)
+    a, b = statistics.median(kept) * 1e3, statistics.median(whole) * 1e3
+    print(
+        f"outbox: a group of {size} alerts written as one more joins it: {a:.1f} ms (median of {times}); "
+        f"all of it as JSON again: {b:.1f} ms ({b / a:.0f}x)"
+    )
+
+
 def bench_outbox_and_delivery() -> None:
     fired, alerts = _alerts(0.0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -135,4 +162,5 @@ def bench_outbox_and_delivery() -> None:
 if __name__ == "__main__":
     bench_plan()
     bench_alerts()
+    bench_group_text()
     bench_outbox_and_delivery()

@@ -96,6 +96,40 @@ def group_to_json(route_key: str, labels: Labels, alerts: Mapping[str, Transitio
     return json.dumps(doc, allow_nan=False, separators=(",", ":"))
 
 
+class GroupTexts:
+    """`group_to_json` for a dispatcher's open groups, each alert's part kept while its transition is the same
+    object: a group that holds thousands of alerts (a storm in one group) is written whenever one joins it, and
+    then costs a join of the parts kept, not every alert turned into JSON again. The text is the same as
+    `group_to_json`'s, character for character."""
+
+    def __init__(self) -> None:
+        self._parts: dict[str, dict[str, tuple[Transition, str]]] = {}
+
+    def text(
+        self, key: str, route_key: str, labels: Labels, alerts: Mapping[str, Transition], next_flush: float
+    ) -> str:
+        """`group_to_json` of the group `key` (its alerts' parts kept for the next call)."""
+        last = self._parts.get(key, {})
+        parts: dict[str, tuple[Transition, str]] = {}
+        for fp, t in alerts.items():
+            hit = last.get(fp)
+            if hit is None or hit[0] is not t:
+                hit = (t, _dumps(fp) + ":" + _dumps(transition_to_dict(t)))
+            parts[fp] = hit
+        self._parts[key] = parts
+        head = _dumps({"route": route_key, "labels": [list(p) for p in labels]})
+        tail = _dumps(_time(next_flush))
+        return head[:-1] + ',"alerts":{' + ",".join(part for _, part in parts.values()) + '},"next_flush":' + tail + "}"
+
+    def forget(self, key: str) -> None:
+        """The group `key` is gone."""
+        self._parts.pop(key, None)
+
+
+def _dumps(doc: Any) -> str:
+    return json.dumps(doc, allow_nan=False, separators=(",", ":"))
+
+
 def group_from_json(text: str) -> tuple[str, Labels, dict[str, Transition], float]:
     """The inverse of `group_to_json`."""
     d = json.loads(text)

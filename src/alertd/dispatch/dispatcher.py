@@ -17,6 +17,7 @@ import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from alertd.dispatch.codec import GroupTexts
 from alertd.dispatch.outbox import Outbox
 from alertd.dispatch.pipeline import MAX_RETRY_AFTER, Backoff, Delivery, DeliveryCounters, Outcome
 from alertd.dispatch.plan import (
@@ -68,6 +69,7 @@ class Dispatcher:
         groups = restore_groups(outbox.load_groups(), route)
         self._state = PlanState(groups, migrate_log(outbox.load_log(), groups))
         self._next_plan: float | None = min((g.next_flush for g in groups.values()), default=None)
+        self._group_texts = GroupTexts()
         self.last_plan: Plan | None = None
 
     @property
@@ -116,7 +118,7 @@ class Dispatcher:
             muted += result.suppressed
             updates.update(result.log_updates)
             state = result.state
-        groups = changed_groups(self._state.groups, state.groups)
+        groups = changed_groups(self._state.groups, state.groups, self._group_texts)
         self.outbox.commit_plan(notes, updates, groups=groups, also=also)
         self._state = state
         self._next_plan = result.next_run
