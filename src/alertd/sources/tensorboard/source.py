@@ -273,6 +273,8 @@ class TensorBoardSource:
         self._dirs: dict[str, _Dir] = {}
         self._dir_ids: dict[tuple[int, int], str] = {}
         self._tails: dict[str, _Tail] = {}
+        self._behind: set[_Tail] = set()
+        """The files whose last read stopped at the per-poll budget (some may have been read up since)."""
         self._ordered: list[_Tail] = []
         self._runs: dict[str, RunTags] = {}
         self._restore: dict[str, _Saved] = {}
@@ -354,9 +356,11 @@ class TensorBoardSource:
 
     @property
     def behind(self) -> bool:
-        """Whether a file has bytes the last poll left for the next one (it read `_MAX_POLL_READ` of it)."""
+        """Whether a file has bytes the last poll left for the next one (it read `_MAX_POLL_READ` of it). Asked
+        after every poll: a look at the files last read to be behind, not at every file (10,000 runs)."""
         with self._lock:
-            return any(tail.behind for tail in self._tails.values())
+            self._behind = {t for t in self._behind if t.behind and self._tails.get(t.rel) is t}
+            return bool(self._behind)
 
     def _read_tails(self, tails: Sequence[_Tail], out: list[Sample]) -> None:
         if progress.active():  # the sizes of all the files up front: a progress bar's total
@@ -415,6 +419,13 @@ class TensorBoardSource:
     def _read_file(self, tail: _Tail, out: list[Sample], starts: list[tuple[int, float]]) -> None:
         """Read one file's new bytes; whatever goes wrong with it is logged (once) and stays with it."""
         tail.behind = False  # until a read says otherwise: a file that fails is not waited for
+        try:
+            self._read_tail(tail, out, starts)
+        finally:
+            if tail.behind:
+                self._behind.add(tail)
+
+    def _read_tail(self, tail: _Tail, out: list[Sample], starts: list[tuple[int, float]]) -> None:
         try:
             st = os.stat(tail.path)
             if not stat.S_ISREG(st.st_mode):
