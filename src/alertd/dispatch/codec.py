@@ -68,7 +68,7 @@ def dumps(n: Notification) -> str:
         "key": n.key,
         "created": n.created,
     }
-    return json.dumps(doc, allow_nan=False, separators=(",", ":"))
+    return _dumps(doc)
 
 
 def loads(text: str) -> Notification:
@@ -93,7 +93,7 @@ def group_to_json(route_key: str, labels: Labels, alerts: Mapping[str, Transitio
         "alerts": {fp: transition_to_dict(t) for fp, t in alerts.items()},
         "next_flush": _time(next_flush),
     }
-    return json.dumps(doc, allow_nan=False, separators=(",", ":"))
+    return _dumps(doc)
 
 
 class GroupTexts:
@@ -127,6 +127,7 @@ class GroupTexts:
 
 
 def _dumps(doc: Any) -> str:
+    """`doc` as strict, compact JSON (no bare NaN: a non-finite number is an error)."""
     return json.dumps(doc, allow_nan=False, separators=(",", ":"))
 
 

@@ -32,7 +32,7 @@ import hashlib
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from alertd.dispatch.codec import GroupTexts, group_from_json, group_to_json
+from alertd.dispatch.codec import GroupTexts, group_from_json
 from alertd.dispatch.matchers import Silence, alert_label_map
 from alertd.dispatch.routes import InhibitRule, Route, bypass_route
 from alertd.model import Alert, AlertState, Labels, Notification, Transition, TransitionKind, legacy_fingerprint
@@ -184,20 +184,10 @@ def _storms_merged(notes: Sequence[Notification], most: int, now: float) -> list
     return out
 
 
-def group_json(group: Group) -> str:
-    """An open group as the outbox stores it."""
-    return group_to_json(group.route.key, group.labels, group.alerts, group.next_flush)
-
-
-def changed_groups(
-    old: Mapping[str, Group], new: Mapping[str, Group], texts: GroupTexts | None = None
-) -> dict[str, str | None]:
-    """The groups to write (their JSON) or delete (None) so the stored ones become `new` (`texts`: the caller's
-    parts of its groups' JSON, kept from one call to the next)."""
+def changed_groups(old: Mapping[str, Group], new: Mapping[str, Group], texts: GroupTexts) -> dict[str, str | None]:
+    """The groups to write (their JSON, as the outbox stores them) or delete (None) so the stored ones become `new`
+    (`texts`: the caller's parts of its groups' JSON, kept from one call to the next)."""
     out: dict[str, str | None] = {key: None for key in old.keys() - new.keys()}
-    if texts is None:
-        out.update({key: group_json(g) for key, g in new.items() if old.get(key) is not g})
-        return out
     for key in out:
         texts.forget(key)
     for key, g in new.items():

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from alertd.buffer import NO_STEP, Series, SeriesBuffer
@@ -64,33 +64,39 @@ def ends_with_run(key: SeriesKey) -> bool:
     return not key.metric.startswith(RUN_LIFE)
 
 
+Made = dict[PairKey, tuple[Track, Rule, Alert]]
+"""`EvalState.alerts`' alerts by pair, each with the track and rule it was made of."""
+
+
 @dataclass
 class AlertMemo:
     """What `EvalState.alerts` keeps from one call to the next (its caller holds it): the alert made of each
     pair's track and rule, and the order of the last call's alerts under the `rules` object it was given."""
 
-    made: dict[PairKey, tuple[Track, Rule, Alert]] = field(default_factory=dict)
+    made: Made = field(default_factory=dict)
     order: dict[PairKey, None] = field(default_factory=dict)
     rules: object = None
 
 
-def _place(alert: Alert) -> tuple[str, Labels]:
-    """Where an alert goes in `EvalState.alerts`: by rule, then labels."""
-    return alert.rule, alert.labels
+def _place(kept: Made) -> Callable[[PairKey], tuple[str, Labels]]:
+    """Where a pair of `kept` goes in `EvalState.alerts`: by its alert's rule, then labels."""
+    return lambda pair: (kept[pair][2].rule, kept[pair][2].labels)
 
 
-def _reordered(last: dict[PairKey, None], kept: dict[PairKey, tuple[Track, Rule, Alert]]) -> dict[PairKey, None]:
-    """`kept`'s pairs in the order of their alerts' places, from the last call's order (same rules): the pairs
-    gone are dropped and the new ones put in their places, each found by a binary search (alerts that come and
-    go one by one among thousands firing cost a pass, not a sort). Many new ones: sorted, all of them."""
+def _sorted(kept: Made) -> dict[PairKey, None]:
+    """`kept`'s pairs in their alerts' order."""
+    return dict.fromkeys(sorted(kept, key=_place(kept)))
+
+
+def _reordered(last: dict[PairKey, None], kept: Made) -> dict[PairKey, None]:
+    """`_sorted(kept)` from the last call's order (same rules): the pairs gone are dropped and the new ones put in
+    their places, each found by a binary search (alerts that come and go one by one among thousands firing cost a
+    pass, not a sort). Many new ones: sorted, all of them."""
     order = [pair for pair in last if pair in kept]
     new = [pair for pair in kept if pair not in last]
     if len(new) * 8 > len(order):
-        return dict.fromkeys(sorted(kept, key=lambda pair: _place(kept[pair][2])))
-
-    def place(pair: PairKey) -> tuple[str, Labels]:
-        return _place(kept[pair][2])
-
+        return _sorted(kept)
+    place = _place(kept)
     for pair in new:
         order.insert(bisect_right(order, place(pair), key=place), pair)
     return dict.fromkeys(order)
@@ -129,7 +135,7 @@ class EvalState:
         the same pairs alert under the same `rules` (the same object), the last call's order is taken as well,
         not sorted again (an alert's place follows its rule and labels alone, which its pair and rule fix)."""
         by_name = {r.name: r for r in rules}
-        kept: dict[PairKey, tuple[Track, Rule, Alert]] = {}
+        kept: Made = {}
         made = memo.made if memo is not None else None
         for pair in self.active_pairs():
             name, key = pair
@@ -159,7 +165,7 @@ class EvalState:
         if memo is not None and memo.rules is rules:
             order = memo.order if kept.keys() == memo.order.keys() else _reordered(memo.order, kept)
         else:
-            order = dict.fromkeys(sorted(kept, key=lambda pair: _place(kept[pair][2])))
+            order = _sorted(kept)
         if memo is not None:
             memo.made, memo.order, memo.rules = kept, order, rules
         return [kept[pair][2] for pair in order]
