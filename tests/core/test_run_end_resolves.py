@@ -86,3 +86,14 @@ def test_an_alert_ended_by_its_run_says_so_not_back_to() -> None:
     replay = Replay(RuleSet([rule("{name: nf, metric: loss, condition: nonfinite, annotations: {summary: x}}")]))
     (_, resolved) = replay.feed(samples(loss, [NAN, 2.0])).transitions
     assert shown_annotations(resolved)["summary"] == "loss back to 2 at step 1"
+
+
+def test_a_firing_alert_resolves_when_its_run_ends_in_the_tick_of_its_next_sample() -> None:
+    # The service's tick: one more NaN on a firing pair, read with the run's end (a steadily firing pair is stepped
+    # at once, but not past the end of its run).
+    loss = series("loss", run="r1", source="s")
+    replay = Replay(RuleSet([rule(NF)]))
+    got = replay.feed(samples(loss, [1.0, NAN])).transitions
+    got += replay.feed([*samples(loss, [NAN], start=20.0), finished(25.0)]).transitions
+    got += replay.advance(100.0).transitions
+    assert [(t.time, t.state.value) for t in got] == [(10.0, "firing"), (25.0, "resolved")]

@@ -288,6 +288,16 @@ class _Run:
             done = self._quiet_tick(rule, series, pair, old)
             if done:
                 return False
+        elif (
+            old is not None
+            and old.state is AlertState.FIRING
+            and old.cond
+            and old.keep_since is None
+            and rule.absent is None
+            and old.generation == series.generation
+            and self._firing_tick(rule, series, pair, old)
+        ):
+            return True
         tr = old.copy() if old is not None else Track()
         self._rule, self._key = rule, key
         if tr.generation == series.generation:
@@ -353,15 +363,37 @@ class _Run:
         i = series.start + (old.position if old.position > base else base) - base
         if len(times) - i != 1 or rule.condition.check(series, i):
             return False
+        self._note(series, pair, old.copy(), i)
+        return True
+
+    def _firing_tick(self, rule: Rule, series: Series, pair: PairKey, old: Track) -> bool:
+        """The service's tick on a steadily firing pair (firing, the condition held, no `keep_firing_for` running,
+        no absence to time): when one sample is new, the condition still holds on it and the series' run has not
+        ended, `track` would note the sample, count it in the streak and change nothing else (no time-based
+        change is due: `next_event` is None): done here at once, True. False: `track`'s whole way."""
+        base, times = series.base, series.times
+        i = series.start + (old.position if old.position > base else base) - base
+        if (
+            len(times) - i != 1
+            or old.streak + 1 < rule.consecutive
+            or self._finished_at(rule, series.key) is not None
+            or not rule.condition.check(series, i)
+        ):
+            return False
         tr = old.copy()
-        t, s = times[i], series.steps[i]
+        tr.streak += 1
+        self._note(series, pair, tr, i)
+        return True
+
+    def _note(self, series: Series, pair: PairKey, tr: Track, i: int) -> None:
+        """A tick's one new sample (array index `i`) noted on the pair's new track `tr` as the last seen, kept."""
+        t, s = series.times[i], series.steps[i]
         tr.value, tr.step, tr.time, tr.last_time, tr.clock = series.values[i], None if s == NO_STEP else s, t, t, t
         tr.position = series.end
         self._tracks_w()[pair] = tr
         self.written.add(pair)
         if self.timers and pair in self.timers:  # a timer left over (as `_settle` drops it)
             del self._timers_w()[pair]
-        return True
 
     def join(self, rule: Rule, labels: Labels, metrics: set[str], now: float) -> PairKey | None:
         """Judge the steps of one run that became ready for an expr rule, then step its alert through time
