@@ -121,7 +121,19 @@ class BufferLimits:
 class Series:
     """One series' samples, oldest first. Read it through `times`, `values`, `steps` from `start` on."""
 
-    __slots__ = ("base", "cuts", "generation", "key", "reach", "start", "steps", "times", "values")
+    __slots__ = (
+        "__weakref__",
+        "base",
+        "cuts",
+        "generation",
+        "key",
+        "memo",
+        "reach",
+        "start",
+        "steps",
+        "times",
+        "values",
+    )
 
     def __init__(self, key: SeriesKey, reach: int = 1 << 62) -> None:
         self.key = key
@@ -134,6 +146,8 @@ class Series:
         self.base = 0
         self.generation = 0
         self.cuts: list[tuple[int, int]] = []
+        self.memo: dict[int, tuple[int, Any]] | None = None
+        """The windowed conditions' running state for this series (`rules/memo.py`), by condition."""
 
     def __len__(self) -> int:
         return len(self.times) - self.start

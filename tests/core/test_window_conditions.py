@@ -296,9 +296,10 @@ def test_the_same_rules_over_two_buffers_do_not_mix() -> None:
     assert [(t.time, t.state.value) for t in fired] == [(20.0, "firing")]
 
 
-def test_the_memo_is_bounded() -> None:
+def test_the_memo_holds_an_entry_per_live_series_and_the_entries_go_with_them() -> None:
+    """The running state lives on each series: as many entries as series judged, and a dropped series (an
+    evicted one, a finished dry-run's) takes its entry with it."""
     cond = WindowAggregate("avg", Span(samples=2), ">", value=0.0)
-    cond.memo.limit = 50
     kept = []
     for n in range(200):
         s = Series(SeriesKey("x", (("run", str(n)),)))
@@ -306,7 +307,24 @@ def test_the_memo_is_bounded() -> None:
         s.append(0.0, 0, 1.0)
         s.append(1.0, 1, 3.0)
         assert cond.measure(s, 1) == 2.0
-    assert len(cond.memo) == 50
+    assert len(cond.memo) == 200
+    del kept[100:], s
+    gc.collect()
+    assert len(cond.memo) == 100
+
+
+def test_a_condition_gone_takes_its_entries_off_the_series() -> None:
+    """Rules reloaded: the old conditions' running windows don't stay on the series the service keeps."""
+    s = Series(SeriesKey("x"))
+    for t in range(30):
+        s.append(float(t), t, float(t % 4))
+    old = WindowAggregate("quantile", Span(samples=20), ">", value=0.0, q=0.9)
+    new = WindowAggregate("quantile", Span(samples=20), ">", value=0.0, q=0.9)
+    assert old.measure(s, 29) == new.measure(s, 29) == 3.0
+    assert s.memo is not None and len(s.memo) == 2
+    del old
+    gc.collect()
+    assert list(s.memo) == [new.memo.token]
 
 
 def test_a_dropped_buffer_takes_its_memo_entries_with_it() -> None:

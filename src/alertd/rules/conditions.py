@@ -191,16 +191,14 @@ class Spike:
 
     def baseline(self, series: Series, i: int) -> float | None:
         """The baseline before index `i`, or None when there are fewer than `min_samples` finite values."""
-        with self.memo.lock:
-            return self._baseline(self._window(series), series, i)
+        return self._baseline(self._window(series), series, i)
 
     def check(self, series: Series, i: int) -> bool:
         """True when the latest finite value is `ratio` times the (positive) baseline or beyond."""
         latest = series.values[i]
         if not math.isfinite(latest):
             return False
-        with self.memo.lock:
-            return self._judge(latest, self._baseline(self._window(series), series, i))
+        return self._judge(latest, self._baseline(self._window(series), series, i))
 
     def check_range(self, series: Series, lo: int, hi: int) -> list[int]:
         """`judge_range`: the window advanced sample by sample under one look at the memo; a long run under a
@@ -266,27 +264,26 @@ class Spike:
         reach = series.reach - 1  # `series.earliest(i)` is max(start, i - reach): inline, a call less per sample
         seconds, samples, least = self.seconds, self.samples or 0, max(self.min_samples, 1)
         ratio, up = self.ratio, self.direction == "up"
-        with self.memo.lock:
-            window = self._window(series)
-            move, ordered = window.move, window.ordered
-            for i in indices:
-                latest = values[i]
-                if latest - latest != 0.0:
-                    continue
-                if seconds is not None:
-                    move(series, bisect_left(times, times[i] - seconds, max(start, i - reach), i), i)
-                else:
-                    move(series, max(start, i - samples), i)
-                n = window.count
-                if n < least:
-                    continue
-                if ordered is None:
-                    base = window.sum() / n
-                else:
-                    m = n // 2
-                    base = ordered[m] if n % 2 else (ordered[m - 1] + ordered[m]) / 2
-                if base > 0 and (latest / base >= ratio if up else latest / base <= ratio):
-                    out.append(i - lo)
+        window = self._window(series)
+        move, ordered = window.move, window.ordered
+        for i in indices:
+            latest = values[i]
+            if latest - latest != 0.0:
+                continue
+            if seconds is not None:
+                move(series, bisect_left(times, times[i] - seconds, max(start, i - reach), i), i)
+            else:
+                move(series, max(start, i - samples), i)
+            n = window.count
+            if n < least:
+                continue
+            if ordered is None:
+                base = window.sum() / n
+            else:
+                m = n // 2
+                base = ordered[m] if n % 2 else (ordered[m - 1] + ordered[m]) / 2
+            if base > 0 and (latest / base >= ratio if up else latest / base <= ratio):
+                out.append(i - lo)
         return out
 
     def _slide(self, series: Series, lo: int, hi: int, width: int) -> list[int]:
@@ -325,7 +322,7 @@ class Spike:
         return r >= self.ratio if self.direction == "up" else r <= self.ratio
 
     def _window(self, series: Series) -> Running:
-        """The series' running window (the memo's lock held)."""
+        """The series' running window."""
         median = self.stat == "median"
         return self.memo.entry(series, Running, not median, False, median)  # type: ignore[no-any-return]
 

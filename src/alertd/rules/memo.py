@@ -4,69 +4,81 @@ A condition such as `{avg: {over: 20 samples}}` keeps, per series, the running s
 (exact sums, the sorted finite values) so that judging the next sample costs what enters and leaves the
 window, not the window's length. The state is only ever a faster way to the answer the window's
 samples give: it is rebuilt from the buffer whenever it can't be advanced (first sight of a series, a
-restart that rewinds it, another buffer's series under the same key, an entry dropped at the bound).
+restart that rewinds it, another buffer's series under the same key).
 
-Bounded (`MEMO_MAX` entries per condition, the oldest dropped first; an entry goes with its series, as
-when a dry-run's buffer is dropped) and safe to share between threads (one lock per condition: two
-evaluations never advance the same entry at once).
+Where the entries live: on the series itself (`Series.memo`, a small dict by each condition's token), so
+looking one up is one look-up in a dict of a few ints, with no lock: an entry is only ever advanced by an
+evaluation of its own series, and one buffer is evaluated by one evaluation at a time (the service's engine;
+a dry-run or a replay has a buffer of its own: the same rules may judge several buffers at once, in several
+threads, each advancing its own series' entries). Bounded by the buffer: an entry goes with its series (an
+evicted series, a dropped dry-run's buffer), and a condition's entries go with the condition (a rules file
+reloaded: `weakref.finalize` takes its token off the series it left entries on).
 """
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Callable
 from threading import Lock
 from typing import Any
 
 from alertd.buffer import Series
-from alertd.model import SeriesKey
 
-MEMO_MAX = 200_000
-"""Series remembered per condition (twice the buffer's default `max_series`)."""
+_TOKENS = itertools.count(1)
+
+
+def _forget(token: int, held: weakref.WeakSet[Series]) -> None:
+    """The condition is gone: take its entries off the series that still hold one."""
+    for series in list(held):
+        if series.memo is not None:
+            series.memo.pop(token, None)
 
 
 class Memo:
-    """Entries by series key; each one is valid only for the very series object (and generation) it was
-    made from: a series of another buffer with the same key, or one that restarted, gets a fresh entry."""
+    """A condition's entries, one per series: each is valid only for the series object it is kept on, at the
+    generation it was made for (a series that restarted gets a fresh one)."""
 
-    __slots__ = ("_entries", "limit", "lock")
+    __slots__ = ("__weakref__", "_held", "_lock", "token")
 
-    def __init__(self, limit: int = MEMO_MAX) -> None:
-        self.lock = Lock()
-        self.limit = limit
-        self._entries: dict[SeriesKey, tuple[weakref.ref[Any], int, Any]] = {}
+    def __init__(self) -> None:
+        self.token = next(_TOKENS)
+        self._held: weakref.WeakSet[Series] = weakref.WeakSet()
+        """The series this condition left an entry on (to take it off them when the condition goes)."""
+        self._lock = Lock()  # around `_held` alone: a new entry is rare, a look-up is not
+        weakref.finalize(self, _forget, self.token, self._held)
 
     def get(self, series: Series) -> Any | None:
-        """The entry kept for this series object at its current generation, or None."""
-        hit = self._entries.get(series.key)
-        if hit is None or hit[0]() is not series.values or hit[1] != series.generation:
+        """The entry kept on this series at its current generation, or None."""
+        memo = series.memo
+        hit = memo.get(self.token) if memo is not None else None
+        if hit is None or hit[0] != series.generation:
             return None
-        return hit[2]
+        return hit[1]
 
     def entry(self, series: Series, make: Callable[..., Any], *args: Any) -> Any:
-        """The entry kept for this series, or a new one from `make(*args)`, kept (call with the lock held). The
-        arguments, not a closure: a condition asks at every sample it judges."""
-        hit = self.get(series)
-        if hit is None:
-            hit = make(*args)
-            self.put(series, hit)
-        return hit
+        """The entry kept on this series, or a new one from `make(*args)`, kept. The arguments, not a closure: a
+        condition asks at every sample it judges."""
+        memo = series.memo
+        hit = memo.get(self.token) if memo is not None else None  # `get`, inline
+        if hit is not None and hit[0] == series.generation:
+            return hit[1]
+        entry = make(*args)
+        self.put(series, entry)
+        return entry
 
     def put(self, series: Series, entry: Any) -> None:
-        """Keep `entry` for this series (its values array is held weakly: a dropped series frees it)."""
-        entries = self._entries
-        if series.key not in entries and len(entries) >= self.limit:
-            del entries[next(iter(entries))]
-        key = series.key
-
-        def forget(ref: weakref.ref[Any]) -> None:  # the series is gone (a finished dry-run's buffer)
-            if entries.get(key, (None,))[0] is ref:
-                entries.pop(key, None)
-
-        entries[key] = (weakref.ref(series.values, forget), series.generation, entry)
+        """Keep `entry` on this series, for its current generation."""
+        if series.memo is None:
+            series.memo = {}
+        if self.token not in series.memo:
+            with self._lock:
+                self._held.add(series)
+        series.memo[self.token] = (series.generation, entry)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        """The live series holding an entry of this condition."""
+        return len(self._held)
 
     def __repr__(self) -> str:
-        return f"Memo({len(self._entries)} series)"
+        return f"Memo({len(self)} series)"

@@ -14,7 +14,7 @@ What it sees: the samples of the series' current generation in order, from the o
 held when this condition first judged the series (in the service: the series' first sample). The
 running `best`/`wait` are advanced sample by sample (a cache, see `rules/memo.py`); when they must be
 rebuilt (alertd restarted with an empty buffer, a checkpoint restart that rewound the series, the
-memo's bound reached), they are rebuilt from the oldest sample the buffer still holds, so after
+rules reloaded), they are rebuilt from the oldest sample the buffer still holds, so after
 `buffer.max_samples` samples (or `max_age`) a rebuilt state forgets a best older than that.
 """
 
@@ -39,24 +39,26 @@ class Plateau:
 
     def check(self, series: Series, i: int) -> bool:
         """True when `patience` values in a row have not improved on the best (Lightning would stop)."""
-        pos = series.base + i - series.start
-        with self.memo.lock:
-            state = self.memo.get(series)
-            if state is None or state[0] > pos + 1:
-                # [next position, best, wait]: from the oldest buffered sample
-                state = [series.base, math.inf if self.mode == "min" else -math.inf, 0]
-                self.memo.put(series, state)
-            nxt: int = state[0]
-            best: float = state[1]
-            wait: int = state[2]
-            values, off, delta = series.values, series.start - series.base, self.min_delta
-            for p in range(max(nxt, series.base), pos + 1):
-                v = values[p + off]
-                if v - v == 0.0 and (v + delta < best if self.mode == "min" else v - delta > best):
-                    best, wait = v, 0
-                else:
-                    wait += 1
-            state[0], state[1], state[2] = max(nxt, pos + 1), best, wait
+        base = series.base
+        pos = base + i - series.start
+        memo = series.memo
+        hit = memo.get(self.memo.token) if memo is not None else None  # `Memo.get`, inline: asked at every sample
+        state = hit[1] if hit is not None and hit[0] == series.generation else None
+        if state is None or state[0] > pos + 1:
+            # [next position, best, wait]: from the oldest buffered sample
+            state = [base, math.inf if self.mode == "min" else -math.inf, 0]
+            self.memo.put(series, state)
+        nxt: int = state[0]
+        best: float = state[1]
+        wait: int = state[2]
+        values, off, delta, low = series.values, series.start - base, self.min_delta, self.mode == "min"
+        for p in range(nxt if nxt > base else base, pos + 1):
+            v = values[p + off]
+            if v - v == 0.0 and (v + delta < best if low else v - delta > best):
+                best, wait = v, 0
+            else:
+                wait += 1
+        state[0], state[1], state[2] = nxt if nxt > pos + 1 else pos + 1, best, wait
         return wait >= self.patience
 
     def describe(self) -> str:

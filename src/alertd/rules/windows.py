@@ -102,20 +102,53 @@ class Running:
         a rebuild; rebuilt otherwise: the same result)."""
         off = series.base - series.start
         plo, phi = lo + off, hi + off
-        values, kept = series.values, self.kept
         if plo == self.lo + 1 and phi == self.hi + 1 and self.lo < self.hi:  # slid by one: the usual
-            out, new = kept[self.head], values[hi - 1]
-            self.head += 1
+            kept, head = self.kept, self.head
+            out, new = kept[head], series.values[hi - 1]
+            self.head = head = head + 1
             kept.append(new)
-            if out == new:  # the same value leaving and entering changes nothing (NaN != NaN: both, no-ops)
-                pass
-            elif self.sums:
+            if out != new:  # the same value leaving and entering changes nothing (NaN != NaN: both, no-ops)
+                self._swap(out, new)
+            if head >= 256 and 2 * head >= len(kept):  # `_compact`, inline
+                del kept[:head]
+                self.head = 0
+        else:
+            self._jump(series, lo, hi, plo, phi)
+        self.lo, self.hi = plo, phi
+
+    def _swap(self, out: float, new: float) -> None:
+        """`_change` of `out` leaving and `new` entering (the window slid by one), inline: one call per sample."""
+        if self.sums:
+            if self.ordered is not None or out - out != 0.0 or new - new != 0.0:
                 self._change(out, -1)
                 self._change(new, 1)
-            else:
-                self._order((out,), (new,))
-            self._compact()
-        elif (
+                return
+            n_out, d_out = out.as_integer_ratio()  # two finite values: the count stays, the sums move
+            n_new, d_new = new.as_integer_ratio()
+            k = d_new.bit_length() - 1
+            if k > self.scale:
+                self._rescale(k)
+            scale = self.scale
+            x_out, x_new = n_out << (scale + 1 - d_out.bit_length()), n_new << (scale - k)
+            self.total += x_new - x_out
+            if self.squares >= 0:
+                self.squares += x_new * x_new - x_out * x_out
+            return
+        ordered = self.ordered  # `_order` of the two
+        if out - out == 0.0:
+            self.count -= 1
+            if ordered is not None:
+                del ordered[bisect_left(ordered, out)]
+        if new - new == 0.0:
+            self.count += 1
+            if ordered is not None:
+                insort(ordered, new)
+
+    def _jump(self, series: Series, lo: int, hi: int, plo: int, phi: int) -> None:
+        """`move` other than by one: advanced by what leaves and enters, or rebuilt where that is cheaper."""
+        off = plo - lo
+        values, kept = series.values, self.kept
+        if (
             self.lo < 0
             or plo < self.lo
             or phi < self.hi
@@ -149,7 +182,6 @@ class Running:
             kept.extend(entering)
             self._order(kept[head : self.head], entering)
             self._compact()
-        self.lo, self.hi = plo, phi
 
     def _order(self, leaving: Iterable[float], entering: Iterable[float]) -> None:
         """`_change` of each value leaving (-1) and entering (+1), for a window without sums (one loop, no call
@@ -181,11 +213,7 @@ class Running:
             n, d = v.as_integer_ratio()
             k = d.bit_length() - 1  # v = n * 2**-k
             if k > self.scale:
-                up = k - self.scale
-                self.total <<= up
-                if self.squares > 0:
-                    self.squares <<= 2 * up
-                self.scale = k
+                self._rescale(k)
             x = n << (self.scale - k)
             self.total += x if sign > 0 else -x
             if self.squares >= 0:
@@ -195,6 +223,14 @@ class Running:
                 insort(self.ordered, v)
             else:
                 del self.ordered[bisect_left(self.ordered, v)]
+
+    def _rescale(self, k: int) -> None:
+        """Make the sums' unit 2**-k (k above the scale: each sum times a power of two, exactly)."""
+        up = k - self.scale
+        self.total <<= up
+        if self.squares > 0:
+            self.squares <<= 2 * up
+        self.scale = k
 
     def mean(self) -> float:
         """The mean (count > 0)."""
@@ -215,9 +251,9 @@ def quantile(ordered: array[float], q: float) -> float:
     floor(q*(n-1)) and the next one, weighted by the fraction of the rank."""
     n = len(ordered)
     rank = q * (n - 1)
-    lower = max(0, math.floor(rank))
-    upper = min(n - 1, lower + 1)
-    weight = rank - math.floor(rank)
+    lower = int(rank)  # floor: 0 <= q <= 1, so 0 <= rank <= n - 1
+    weight = rank - lower
+    upper = lower + 1 if lower + 1 < n else lower
     return ordered[lower] * (1 - weight) + ordered[upper] * weight
 
 
@@ -366,14 +402,16 @@ class WindowAggregate:
     def check(self, series: Series, i: int) -> bool:
         """True when the window (or the ratio to the baseline) compares true; never before the windows
         are full or hold `min_samples` finite values."""
-        measured = self.measure(series, i)
-        return measured is not None and self._how[0](measured, self._how[1])
+        how, memo = self._how, series.memo
+        hit = memo.get(self.memo.token) if memo is not None else None  # `_entry`, inline: asked at every sample
+        entry = hit[1] if hit is not None and hit[0] == series.generation else self._entry(series)
+        measured = self._measure(entry, series, i)
+        return measured is not None and how[0](measured, how[1])
 
     def measure(self, series: Series, i: int) -> float | None:
         """The aggregate of the window that ends at index `i` (with a baseline: its ratio to the baseline's
         aggregate), or None where nothing is judged."""
-        with self.memo.lock:
-            return self._measure(self._entry(series), series, i)
+        return self._measure(self._entry(series), series, i)
 
     def check_range(self, series: Series, lo: int, hi: int) -> list[int]:
         """The offsets from `lo` of the samples at [lo, hi) where `check` holds: the windows advanced sample by
@@ -382,12 +420,11 @@ class WindowAggregate:
         if self.kind in _PREFIXED and hi - lo >= PREFIX_MIN:
             return self._check_prefixed(series, lo, hi)
         out = []
-        with self.memo.lock:
-            entry = self._entry(series)
-            for i in range(lo, hi):
-                measured = self._measure(entry, series, i)
-                if measured is not None and compare(measured, number):
-                    out.append(i - lo)
+        entry = self._entry(series)
+        for i in range(lo, hi):
+            measured = self._measure(entry, series, i)
+            if measured is not None and compare(measured, number):
+                out.append(i - lo)
         return out
 
     def _check_prefixed(self, series: Series, lo: int, hi: int) -> list[int]:
@@ -448,7 +485,7 @@ class WindowAggregate:
         return judged, starts, None if bspan is None else np.array([f[2] for f in found], dtype=np.int64)
 
     def _entry(self, series: Series) -> list[Any]:
-        """[the window's Running, the baseline's (or None)] of the series (the memo's lock held)."""
+        """[the window's Running, the baseline's (or None)] of the series."""
         return self.memo.entry(series, _windows, self._how[3])  # type: ignore[no-any-return]
 
     def _bounds(self, series: Series, i: int) -> tuple[int, int | None] | None:
@@ -468,16 +505,34 @@ class WindowAggregate:
         return None if blo is None else (lo, blo)
 
     def _measure(self, entry: list[Any], series: Series, i: int) -> float | None:
-        _, _, least, keep, _ = self._how
-        bounds = self._bounds(series, i)
-        if bounds is None:
-            return None
-        lo, blo = bounds
+        _, _, least, keep, bspan = self._how
+        over = self.over
+        if bspan is None:  # `_bounds`, inline: the usual window
+            blo = None
+            if over.samples is not None:
+                lo = i + 1 - over.samples
+                if lo < series.start:
+                    return None
+            else:
+                times = series.times
+                lo = bisect_right(times, times[i] - over.seconds, series.start, i + 1)  # type: ignore[operator]
+        else:
+            bounds = self._bounds(series, i)
+            if bounds is None:
+                return None
+            lo, blo = bounds
         recent = entry[0]
         recent.move(series, lo, i + 1)
         if recent.count < least:
             return None
-        now = aggregate(self.kind, recent, self.q)
+        kind = self.kind
+        now: float
+        if kind == "avg":  # `aggregate`, inline for the two most asked
+            now = recent.total / (recent.count << recent.scale)
+        elif kind == "quantile":
+            now = quantile(recent.ordered, self.q)
+        else:
+            now = aggregate(kind, recent, self.q)
         if blo is None:
             return now
         base = entry[1]
@@ -529,22 +584,23 @@ class ZScore:
 
     def check(self, series: Series, i: int) -> bool:
         """True when the finite value's z-score crosses the threshold in `direction`."""
-        return self._crosses(self.score(series, i))
+        memo = series.memo
+        hit = memo.get(self.memo.token) if memo is not None else None  # `_window`, inline: asked at every sample
+        window = hit[1] if hit is not None and hit[0] == series.generation else self._window(series)
+        return self._crosses(self._score(window, series, i))
 
     def score(self, series: Series, i: int) -> float | None:
         """The z-score of the value at index `i`, or None where nothing is judged (a non-finite value, a
         window not full, fewer than `min_samples` finite values, a zero stddev)."""
-        with self.memo.lock:
-            return self._score(self._window(series), series, i)
+        return self._score(self._window(series), series, i)
 
     def check_range(self, series: Series, lo: int, hi: int) -> list[int]:
         """The offsets from `lo` of the samples at [lo, hi) where `check` holds, under one look at the memo."""
         out = []
-        with self.memo.lock:
-            window = self._window(series)
-            for i in range(lo, hi):
-                if self._crosses(self._score(window, series, i)):
-                    out.append(i - lo)
+        window = self._window(series)
+        for i in range(lo, hi):
+            if self._crosses(self._score(window, series, i)):
+                out.append(i - lo)
         return out
 
     def _crosses(self, z: float | None) -> bool:
@@ -563,14 +619,18 @@ class ZScore:
         v = series.values[i]
         if v - v != 0.0:
             return None
-        lo = window_start(series, i, self.over, i)
-        if lo is None:
-            return None
+        samples = self.over.samples
+        if samples is not None:  # `window_start`, inline
+            lo = i - samples
+            if lo < series.start:
+                return None
+        else:
+            lo = bisect_right(series.times, series.times[i] - self.over.seconds, series.start, i)  # type: ignore[operator]
         window.move(series, lo, i)
         if window.count < max(self.min_samples, 1):
             return None
-        mean, std = window.mean(), window.stddev()
-        return (v - mean) / std if std > 0 else None
+        std = window.stddev()
+        return (v - window.mean()) / std if std > 0 else None
 
     def describe(self) -> str:
         """`zscore over 100 samples beyond 3 (both)`."""
