@@ -277,27 +277,11 @@ class _Run:
         key = series.key
         pair = (rule.name, key)
         old = self.tracks.get(pair)
-        if (
-            old is not None
-            and old.state is AlertState.INACTIVE
-            and not old.cond
-            and old.streak == 0
-            and rule.absent is None
-            and old.generation == series.generation
-        ):  # a quiet pair (`_quiet_tick`)
-            done = self._quiet_tick(rule, series, pair, old)
-            if done:
+        if old is not None and rule.absent is None and old.generation == series.generation:  # a tick's shortcuts
+            if self._quiet_tick(rule, series, pair, old):
                 return False
-        elif (
-            old is not None
-            and old.state is AlertState.FIRING
-            and old.cond
-            and old.keep_since is None
-            and rule.absent is None
-            and old.generation == series.generation
-            and self._firing_tick(rule, series, pair, old)
-        ):
-            return True
+            if self._firing_tick(rule, series, pair, old):
+                return True
         tr = old.copy() if old is not None else Track()
         self._rule, self._key = rule, key
         if tr.generation == series.generation:
@@ -359,6 +343,8 @@ class _Run:
         one sample is new and the condition does not hold on it, `track` would note the sample as the last seen
         and move on, nothing else: done here at once, True. False: `track`'s whole way (the condition, should
         it hold, is judged there again: a condition is a function of the series, its memo only a cache)."""
+        if old.state is not AlertState.INACTIVE or old.cond or old.streak != 0:
+            return False
         base, times = series.base, series.times
         i = series.start + (old.position if old.position > base else base) - base
         if len(times) - i != 1 or rule.condition.check(series, i):
@@ -371,6 +357,8 @@ class _Run:
         no absence to time): when one sample is new, the condition still holds on it and the series' run has not
         ended, `track` would note the sample, count it in the streak and change nothing else (no time-based
         change is due: `next_event` is None): done here at once, True. False: `track`'s whole way."""
+        if old.state is not AlertState.FIRING or not old.cond or old.keep_since is not None:
+            return False
         base, times = series.base, series.times
         i = series.start + (old.position if old.position > base else base) - base
         if (
