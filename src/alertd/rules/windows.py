@@ -619,13 +619,9 @@ class ZScore:
         v = series.values[i]
         if v - v != 0.0:
             return None
-        samples = self.over.samples
-        if samples is not None:  # `window_start`, inline
-            lo = i - samples
-            if lo < series.start:
-                return None
-        else:
-            lo = bisect_right(series.times, series.times[i] - self.over.seconds, series.start, i)  # type: ignore[operator]
+        lo = window_start(series, i, self.over, i)
+        if lo is None:
+            return None
         window.move(series, lo, i)
         if window.count < max(self.min_samples, 1):
             return None
