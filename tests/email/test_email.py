@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from smtp_testkit import PASSWORD, USER, Cert, SmtpFactory, free_port
+from smtp_testkit import PASSWORD, USER, Cert, SmtpFactory, connections_closed, free_port
 
 from alertd.errors import NotifyError
 from alertd.model import Notification, Transition, TransitionKind, make_labels
@@ -61,11 +61,14 @@ def config(port: int, tls: str = "none", **kw: Any) -> EmailConfig:
 
 
 async def deliver(cfg: EmailConfig, n: Notification | None = None) -> None:
+    """Send `n` with a notifier of `cfg`; then, sent or not, the connection it opened must be closed (a TLS one ends
+    its shutdown on the loop after `close()`: waited for, so that no test's loop ends before it)."""
     notifier = EmailNotifier("mail", cfg)
     try:
         await notifier.send(n or notification())
     finally:
         await notifier.aclose()
+        assert await connections_closed(cfg.port) == set(), "a connection of the notifier's is left open"
 
 
 @pytest.mark.anyio
@@ -212,7 +215,7 @@ async def test_bad_password_is_one_clear_error_without_the_password(
     wrong = "wrong-" + PASSWORD
     cfg = config(port, tls=tls, ca_file=str(cert.cert), username=USER, password=wrong)
     with pytest.raises(NotifyError) as err:
-        await deliver(cfg)
+        await deliver(cfg)  # (which holds the refused connection to be closed)
     msg = str(err.value)
     assert not err.value.recoverable
     assert msg.startswith(f"email notifier 'mail': SMTP server 127.0.0.1:{port} refused the login of user")
