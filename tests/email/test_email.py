@@ -215,7 +215,7 @@ async def test_bad_password_is_one_clear_error_without_the_password(
     wrong = "wrong-" + PASSWORD
     cfg = config(port, tls=tls, ca_file=str(cert.cert), username=USER, password=wrong)
     with pytest.raises(NotifyError) as err:
-        await deliver(cfg)  # (which holds the refused connection to be closed)
+        await deliver(cfg)  # which also checks that the refused connection is closed
     msg = str(err.value)
     assert not err.value.recoverable
     assert msg.startswith(f"email notifier 'mail': SMTP server 127.0.0.1:{port} refused the login of user")
