@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import ssl
 import subprocess
 from collections.abc import Callable, Iterator
@@ -17,32 +16,11 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
+from alertd.testing.fds import sockets_to
 from alertd.testing.receiver import free_port
 
 USER = "alertd-bot"
 PASSWORD = "s3cret-Pa55word!"
-
-
-def client_sockets(port: int) -> set[str]:
-    """The sockets this process holds open that are connected to `port` on the other end (the notifier's side of
-    its connections to the server on `port`; the server's own side, in a thread of this process, is not among them)."""
-    held = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            link = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # the listing's own descriptor, or one closed meanwhile
-            continue
-        if link.startswith("socket:["):
-            held.add(link[8:-1])
-    out = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            next(f)
-            for row in f:
-                fields = row.split()  # sl local_address rem_address st ... uid timeout inode
-                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[9] in held:
-                    out.add(fields[9])
-    return out
 
 
 async def connections_closed(port: int, within: float = 2.0) -> set[str]:
@@ -50,7 +28,7 @@ async def connections_closed(port: int, within: float = 2.0) -> set[str]:
     return those still open. A TLS connection's close ends its shutdown exchange on the loop, after `close()`."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
-    while (left := client_sockets(port)) and loop.time() < deadline:
+    while (left := sockets_to(port)) and loop.time() < deadline:
         await asyncio.sleep(0.02)
     return left
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -22,6 +21,7 @@ from alertd.notify.exec import OUTPUT_CAP, ExecNotifier
 from alertd.notify.formats import Options
 from alertd.notify.formats.generic import build as generic_body
 from alertd.receivers import build_notifier
+from alertd.testing.fds import open_fds
 
 pytestmark = pytest.mark.anyio
 
@@ -47,15 +47,6 @@ async def send_error(n: ExecNotifier) -> NotifyError:
     with pytest.raises(NotifyError) as info:
         await n.send(notification())
     return info.value
-
-
-def open_fds() -> set[str]:
-    """What this process's open file descriptors point at (pipes by inode)."""
-    out = set()
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):  # the directory's own descriptor, closed as it is listed
-            out.add(os.readlink(f"/proc/self/fd/{fd}"))
-    return out
 
 
 def gone(pid: int) -> bool:
