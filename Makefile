@@ -1,5 +1,6 @@
 # alertd: `make run` starts the service on rules/default.yaml, `make test` runs every test.
 # Both create (or reuse) .venv and install what they need: `make run` alertd alone, `make test` the test tools too.
+# The install compiles the text-log loop in C (src/alertd/sources/textlog/_native.c) where a compiler is found.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -17,11 +18,11 @@ $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "alertd needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
 
-$(RUN_STAMP): pyproject.toml src/alertd/__init__.py | $(PY)
+$(RUN_STAMP): pyproject.toml src/alertd/__init__.py src/alertd/sources/textlog/_native.c | $(PY)
 	$(INSTALL) -e .
 	@touch $(RUN_STAMP)
 
-$(DEV_STAMP): pyproject.toml src/alertd/__init__.py | $(PY)
+$(DEV_STAMP): pyproject.toml src/alertd/__init__.py src/alertd/sources/textlog/_native.c | $(PY)
 	$(INSTALL) -e '.[test,dev]'
 	@touch $(DEV_STAMP) $(RUN_STAMP)
 

@@ -3,19 +3,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from alertd.model import Sample
 from alertd.sources.config import TextEvent, TextPattern
 from alertd.sources.textlog import fast, stream
-from alertd.sources.textlog.parse import _PAIR, FileState, LineParser, event_patterns, value_patterns
+from alertd.sources.textlog.parse import _DICT_PAIR, _PAIR, FileState, LineParser, event_patterns, value_patterns
 from alertd.sources.textlog.stream import LogStream
 
 NOW = 1_700_000_000.0
@@ -32,7 +33,9 @@ TIMES = [
     "2024-05-01 12:00:00,123 ", "2024-05-01T12:00:00.5Z ", "[2024-05-01 12:00:01,250] ", "2024-05-01 12:00:02+02:00 ",
     "2024-05-01 12:00:03 +0200 ", "2024-05-01 12:00:04.123456789 ", "2024-05-01 12:00:05,1234567890 ",
     "2024-13-45 99:00:00 ", "2024-05-01 12:00:06 Z: 5 ", "2024-05-01 12:00:07", "2024-05-01 12:00:08loss=1 ",
-    "  2024-05-01 12:00:09 ", "1999-01-01 00:00:00 ",
+    "  2024-05-01 12:00:09 ", "1999-01-01 00:00:00 ", "2024-05-01 12:00:10 5 ", "2024-05-01 12:00:11,5+x ",
+    "2024-05-01 12:00:12.\t", "2024-05-01 12:00:13\x1c-", "2024-05-01 12:00:14,07", "2024-05-01 12:00:1 ",
+    "2024-05-01 12:00:15.000000000", "2024/05/01 12:00:16 ", "\x1c2024-05-01 12:00:17 ", "[INFO] 2024-05-01 12:00:18 ",
 ]  # fmt: skip
 PROSE = [
     "INFO", "Epoch 3 took 12.5 seconds", "saved checkpoint 5", "[rank0] iteration 5: data loader took 0.05s",
@@ -187,7 +190,20 @@ def run_stream(lines: list[str], make: Any, cuts: list[int], by_line: bool, warm
     return error, samples_of(out), state_of(log.state), log.lines, log.matched, log.overflow, keys
 
 
-@settings(max_examples=400, deadline=None)
+@pytest.fixture(params=["C loop", "Python loop"])
+def loop(request: pytest.FixtureRequest) -> Any:
+    """The fast path with its C loop (`_native`, as installed), then with its Python loop alone (as where no C
+    compiler was found): both must give what the line by line parse gives."""
+    if request.param == "C loop":
+        assert fast._native is not None, "alertd.sources.textlog._native was not built (pip install -e . builds it)"
+        yield fast._native
+    else:
+        with mock.patch.object(fast, "_native", None):
+            yield None
+
+
+# `loop` is a patch, the same for every example: the health check's worry does not apply
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     lines=batch(),
     parser=st.sampled_from(["default", "default", "default", *sorted(PARSERS)]),
@@ -197,7 +213,7 @@ def run_stream(lines: list[str], make: Any, cuts: list[int], by_line: bool, warm
     warm=st.sampled_from([True, True, False]),
 )
 def test_the_fast_path_gives_what_the_line_by_line_parse_gives(
-    lines: list[str], parser: str, cuts: list[int], window: int, max_series: int, warm: bool
+    loop: Any, lines: list[str], parser: str, cuts: list[int], window: int, max_series: int, warm: bool
 ) -> None:
     cuts = [c for c in cuts if c <= len(lines)]
     with mock.patch.object(fast, "WINDOW", window), mock.patch.object(stream, "MAX_SERIES", max_series):
@@ -206,16 +222,24 @@ def test_the_fast_path_gives_what_the_line_by_line_parse_gives(
     assert got == expected
 
 
-def test_an_everyday_batch_takes_the_fast_path_and_gives_the_oracle_s_samples() -> None:
-    """After a first sight of its metrics (a new series is made the line by line way), not one line of an
-    everyday batch goes the line by line way; the samples are those of the oracle."""
+def test_an_everyday_batch_takes_the_fast_path_and_gives_the_oracle_s_samples(loop: Any) -> None:
+    """After a first sight of its metrics (a new series is made the line by line way) and a second (the C loop
+    hands a name it has not met to the Python loop, which files it in the stream's `known`), not one line of an
+    everyday batch goes the line by line way, nor, with the C loop, the Python loop; the samples are those of
+    the oracle."""
     lines = EVERYDAY * 50
-    expected = run_stream(lines, LineParser, [len(EVERYDAY)], by_line=True)
+    first, second = len(EVERYDAY), 2 * len(EVERYDAY)
+    expected = run_stream(lines, LineParser, [first, second], by_line=True)
     log = LogStream("log", {"source": "tl", "run": "train.log"})
     out: list[Sample] = []
-    log.parse(LineParser(), lines[: len(EVERYDAY)], NOW, out)
-    with mock.patch.object(LogStream, "parse_line", side_effect=AssertionError("the line by line way")) as slow:
-        log.parse(LineParser(), lines[len(EVERYDAY) :], NOW, out)
+    log.parse(LineParser(), lines[:first], NOW, out)
+    log.parse(LineParser(), lines[first:second], NOW, out)
+    python_loop = mock.patch.object(fast, "run_lines", side_effect=AssertionError("the Python loop"))
+    with (
+        mock.patch.object(LogStream, "parse_line", side_effect=AssertionError("the line by line way")) as slow,
+        python_loop if loop is not None else contextlib.nullcontext(),
+    ):
+        log.parse(LineParser(), lines[second:], NOW, out)
     assert slow.call_count == 0
     keys = [(name, key.metric, key.labels) for name, key in log.keys.items()]
     assert (None, samples_of(out), state_of(log.state), log.lines, log.matched, log.overflow, keys) == expected
@@ -250,3 +274,80 @@ def test_a_dotless_i_in_inf_is_no_number_and_fails_nothing() -> None:
     state = FileState()
     parsed = LineParser().parse("loss=ınf lr=0.1 grad=İnf", state)
     assert parsed.values == [("lr", 0.1)]
+
+
+SOUP = [*"ab_Z09.:/-= \t\x1c,{}'\"\n[]+", "nan", "NaN", "inf", "inity", "e5", "E-3", ".0", "loss", "step", "2024"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(SOUP), max_size=40).map("".join))
+def test_the_c_matcher_finds_what_the_patterns_find(text: str) -> None:
+    """`_native.pairs` and `_native.dict_pairs`, the C loop's matchers, against the patterns they follow
+    (`_PAIR_FAST`, `_DICT_PAIR` with an end), from every start."""
+    native = fast._native
+    assert native is not None
+    for pos in range(len(text) + 1):
+        assert native.pairs(text, pos) == fast._PAIR_FAST.findall(text, pos)
+        for end in (len(text), text.rfind("}") + 1):
+            assert native.dict_pairs(text, pos, end) == _DICT_PAIR.findall(text, pos, end)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{'" + "k" * 199 + "': 1, '" + "k" * 200 + "': 2, '" + "k" * 201 + "': 3}",
+        "x=" + "1" * 5000 + " y=-." + "5" * 70 + "e-3 z=1e400 w=infinity v=INFINITY.0 u=-nan.00 t=1.e5 s=1.5.3",
+        "a=1e b=1e+ c=2E-7x d=.e5 e=+-3 f=3: g=4/ h=5. i= \t 6 j\x1c=7 k:\x1c8 l : 9",
+    ],
+)
+def test_the_c_matcher_finds_what_the_patterns_find_on_long_and_odd_values(text: str) -> None:
+    native = fast._native
+    assert native is not None
+    assert native.pairs(text, 0) == fast._PAIR_FAST.findall(text, 0)
+    assert native.dict_pairs(text, 0, len(text)) == _DICT_PAIR.findall(text, 0, len(text))
+
+
+EDGES = [
+    "step=4611686018427387904 loss=1", "step=-4611686018427387904 loss=2", "step=4611686018427387903 loss=3",
+    "loss=4 step=4.0 step=5", "step=1.5 loss=5 iter=6", "lr=7 step=inf step=-0.0", "v_num=3 loss=8", "v_num=4",
+    "step=9", "loss=10 x 11", "loss=12 " * 256, "loss=13 " * 257, "{'loss': 14, 'grad_norm': nan.0}", "loss=15\x00",
+    "2024-02-30 12:00:00 loss=16", "2024-05-01 12:00:00.000000001 loss=17", "[2024-05-01 12:00:00] loss=18",
+    "\t[2024-05-01 12:00:00.5] loss=19", " " * 39 + "2024-05-01 12:00:00 loss=20", "loss=21 |;, \t",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("which", ["C loop", "Python loop"])
+def test_edge_lines_give_what_the_line_by_line_parse_gives(which: str) -> None:
+    """Steps at the edge of an int (2**62 is no step), repeated and late step keys, `v_num` alone, MAX_VALUES
+    pairs and one more, a NUL, an impossible date, the 40 characters `leading_time` looks at."""
+    lines = EDGES * 2
+    with mock.patch.object(fast, "_native", fast._native if which == "C loop" else None):
+        expected = run_stream(lines, LineParser, [len(EDGES)], by_line=True, warm=True)
+        got = run_stream(lines, LineParser, [len(EDGES)], by_line=False, warm=True)
+    assert got == expected
+
+
+TIME_SOUP = ["2024-05-01", " ", "T", "12:00:0", "7", ",", ".", "123", "1234567890", "Z", "+02:00", "-0130", "\t", "["]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(TIME_SOUP), max_size=8).map("".join),
+            st.sampled_from(["loss=1.5 step=3", "lr: 2e-4", "{'loss': '2.5'}", "x 5", "", '{"a": 1}', "done"]),
+        ).map("".join),
+        min_size=1,
+        max_size=12,
+    ),
+    st.sampled_from(["C loop", "Python loop"]),
+)
+def test_lines_that_start_with_any_time_shape_give_what_the_line_by_line_parse_gives(
+    lines: list[str], which: str
+) -> None:
+    """The C loop takes a time only without a zone and with at most 9 digits of fraction; every other shape
+    (and the digits that are no time) is handed back to the Python loop: either way the oracle's samples."""
+    with mock.patch.object(fast, "_native", fast._native if which == "C loop" else None):
+        expected = run_stream(lines, LineParser, [], by_line=True, warm=True)
+        got = run_stream(lines, LineParser, [], by_line=False, warm=True)
+    assert got == expected

@@ -49,7 +49,15 @@ from alertd.sources.textlog.parse import (
 )
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from alertd.sources.textlog.stream import LogStream
+
+_native: ModuleType | None
+try:  # built by `pip install` where a C compiler is found (pyproject.toml's ext-modules)
+    from alertd.sources.textlog import _native
+except ImportError:  # pragma: no cover - the install found no compiler: the Python loop alone
+    _native = None
 
 WINDOW = 4096
 """Lines whose text is searched at once for hints (a window's text is made, searched and dropped)."""
@@ -136,8 +144,32 @@ def slow(
     return state.counter, state.last_step, state.last_time, state.in_traceback
 
 
-def run(stream: LogStream, parser: LineParser, lines: Sequence[str], now: float, out: list[Sample]) -> None:  # noqa: C901
-    """Append the samples of `lines` (none holding a hint or an ANSI escape) to `out`, updating the stream.
+def run(stream: LogStream, parser: LineParser, lines: Sequence[str], now: float, out: list[Sample]) -> None:
+    """Append the samples of `lines` (none holding a hint or an ANSI escape) to `out`, updating the stream: the
+    C loop (`_native.run`) for the lines it takes, `run_lines` for each line it hands back (see `_native.c`:
+    non-ASCII text, a time with a zone, a new metric, `name value` pairs, JSON, ...) and for the lines of a
+    traceback. Without the C module, `run_lines` for all.
+    """
+    native = _native
+    if native is None:
+        run_lines(stream, parser, lines, now, out)
+        return
+    state, known = stream.state, stream.known
+    i, n = 0, len(lines)
+    while i < n:
+        if not state.in_traceback:
+            i, state.counter, state.last_step, state.last_time, matched = native.run(
+                lines, i, state.counter, state.last_step, state.last_time, known, now, out
+            )
+            stream.matched += matched
+            if i == n:
+                break
+        run_lines(stream, parser, lines[i : i + 1], now, out)
+        i += 1
+
+
+def run_lines(stream: LogStream, parser: LineParser, lines: Sequence[str], now: float, out: list[Sample]) -> None:  # noqa: C901
+    """`run` in Python: the fallback without the C module, and its oracle (the tests hold the two to each other).
 
     One flat loop on purpose (a function call per line or per pair would cost more than the rest): the
     state's counter, last step and time are kept in locals and written back at the end (and around each line
@@ -242,6 +274,10 @@ def run(stream: LogStream, parser: LineParser, lines: Sequence[str], now: float,
         if not synced:
             state.counter, state.last_step, state.last_time = counter, last_step, last_time
         stream.matched += matched
+
+
+if _native is not None:
+    _native.setup(Sample, STEP, IGNORED, DROPPED, IGNORED_KEYS, _epoch, MAX_VALUES)
 
 
 def parse_batch(stream: LogStream, parser: LineParser, lines: Sequence[str], now: float, out: list[Sample]) -> None:
