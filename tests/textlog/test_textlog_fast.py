@@ -327,6 +327,20 @@ def test_edge_lines_give_what_the_line_by_line_parse_gives(which: str) -> None:
     assert got == expected
 
 
+def test_the_c_loop_returns_after_a_megabyte_of_text_and_goes_on() -> None:
+    """A window of long lines is read in calls of about a megabyte (the GIL is held through a call), and the
+    samples are those of the oracle all the same."""
+    lines = [f"step={i} loss={i}.5 {'x' * 60_000}" for i in range(40)]  # 2.4 MB
+    expected = run_stream(lines, LineParser, [], by_line=True, warm=True)
+    native = mock.Mock(wraps=fast._native)
+    with mock.patch.object(fast, "_native", native):
+        got = run_stream(lines, LineParser, [], by_line=False, warm=True)
+    assert got == expected
+    # The first line is handed back (the stream's `known` has not met its names), then 18 lines (1 MiB), 18, 3.
+    assert [call.args[1] for call in native.run.call_args_list] == [0, 1, 19, 37]
+    assert [sample[3:] for sample in got[1][-41:]] == [(1, 1.0)] + [(i, i + 0.5) for i in range(40)]
+
+
 TIME_SOUP = ["2024-05-01", " ", "T", "12:00:0", "7", ",", ".", "123", "1234567890", "Z", "+02:00", "-0130", "\t", "["]
 
 

@@ -1,8 +1,9 @@
 /* alertd.sources.textlog._native: the fast path's loop (`alertd.sources.textlog.fast.run`) in C, for the lines it
  * can take whole; every other line is handed back to the Python loop, which stays the fallback and the oracle.
  *
- * `run` parses lines from `start` until the end or the first line it does not take, and returns where it
- * stopped with the state after the lines it took. It takes a line only when it can give exactly what the Python
+ * `run` parses lines from `start` until the end, the first line it does not take, or CALL_TEXT characters,
+ * and returns where it stopped (and whether because of a line handed back) with the state after the lines it
+ * took. It takes a line only when it can give exactly what the Python
  * loop gives, through the same steps:
  *
  * - the line is ASCII (so `\w`, `\s`, `\d` and `float()` have their ASCII meaning), and the file's state is
@@ -28,6 +29,9 @@
 #include <string.h>
 
 #define MAX_PAIRS 1024
+#define CALL_TEXT (1 << 20)
+/* Characters one call of `run` reads at most before it returns (the GIL is held throughout: about a
+ * millisecond, as a line of Python would hold it, where a window of long lines could hold it for tens). */
 
 static PyTypeObject *sample_type = NULL;
 static PyObject *mark_step = NULL, *mark_ignored = NULL, *mark_dropped = NULL, *ignored_keys = NULL, *epoch_fn = NULL;
@@ -575,10 +579,12 @@ static PyObject *native_run(PyObject *self, PyObject *args) {
     }
     PyObject **items = PySequence_Fast_ITEMS(seq);
     int r = 1;
-    for (; i < n; i++) {
+    Py_ssize_t text = 0;
+    for (; i < n && text < CALL_TEXT; i++) {
         r = take_line(items[i], known, now, out, &st, pairs, &matched);
         if (r <= 0)
             break;
+        text += PyUnicode_GET_LENGTH(items[i]);
     }
     PyMem_Free(pairs);
     Py_DECREF(seq);
@@ -591,7 +597,7 @@ static PyObject *native_run(PyObject *self, PyObject *args) {
         Py_XDECREF(time_o);
         return NULL;
     }
-    return Py_BuildValue("nLNNn", i, st.counter, step_o, time_o, matched);
+    return Py_BuildValue("nLNNnO", i, st.counter, step_o, time_o, matched, r == 0 ? Py_True : Py_False);
 }
 
 static PyObject *pairs_list(const unsigned char *t, Pair *pairs, Py_ssize_t found) {
@@ -662,7 +668,8 @@ static PyMethodDef methods[] = {
     {"setup", native_setup, METH_VARARGS, "setup(Sample, STEP, IGNORED, DROPPED, IGNORED_KEYS, epoch, max_values)"},
     {"run", native_run, METH_VARARGS,
      "run(lines, start, counter, last_step, last_time, known, now, out) -> (stop, counter, last_step, last_time, "
-     "matched)"},
+     "matched, handed_back): the lines from start to stop taken; handed_back, the line at stop is the Python "
+     "loop's"},
     {"pairs", native_find_pairs, METH_VARARGS, "pairs(text, pos): fast._PAIR_FAST.findall(text, pos), ASCII text"},
     {"dict_pairs", native_find_dict_pairs, METH_VARARGS,
      "dict_pairs(text, start, end): parse._DICT_PAIR.findall(text, start, end), ASCII text"},

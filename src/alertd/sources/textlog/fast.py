@@ -158,12 +158,12 @@ def run(stream: LogStream, parser: LineParser, lines: Sequence[str], now: float,
     i, n = 0, len(lines)
     while i < n:
         if not state.in_traceback:
-            i, state.counter, state.last_step, state.last_time, matched = native.run(
+            i, state.counter, state.last_step, state.last_time, matched, handed_back = native.run(
                 lines, i, state.counter, state.last_step, state.last_time, known, now, out
             )
             stream.matched += matched
-            if i == n:
-                break
+            if not handed_back:
+                continue  # the end, or a pause after a megabyte of text (other threads take the GIL meanwhile)
         run_lines(stream, parser, lines[i : i + 1], now, out)
         i += 1
 
