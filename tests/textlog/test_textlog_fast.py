@@ -341,6 +341,27 @@ def test_the_c_loop_returns_after_a_megabyte_of_text_and_goes_on() -> None:
     assert [sample[3:] for sample in got[1][-41:]] == [(1, 1.0)] + [(i, i + 0.5) for i in range(40)]
 
 
+@pytest.mark.parametrize("counter, last_step", [(2**70, None), (5, -(2**65)), (2**62 + 1, 2**62 + 1)])
+def test_a_state_past_a_c_integer_is_the_python_loop_s(counter: int, last_step: int | None) -> None:
+    """A counter or step that no C integer holds (a state restored from elsewhere): the C loop hands each line to
+    the Python loop, whose integers have no end; the samples are the oracle's."""
+    lines = ["loss=1", "lr=2 loss=3", "step=7 loss=4"] * 3
+    got = []
+    for by_line in (True, False):
+        log = LogStream("log", {"source": "tl", "run": "train.log"})
+        log.parse_line(LineParser(), WARM, NOW, [])
+        log.state.counter, log.state.last_step = counter, last_step
+        out: list[Sample] = []
+        if by_line:
+            for text in lines:
+                log.parse_line(LineParser(), text, NOW, out)
+        else:
+            log.parse(LineParser(), lines, NOW, out)
+        got.append((samples_of(out), state_of(log.state)))
+    assert got[0] == got[1]
+    assert got[1][0][0][3] == (last_step if last_step is not None else counter + 1)
+
+
 TIME_SOUP = ["2024-05-01", " ", "T", "12:00:0", "7", ",", ".", "123", "1234567890", "Z", "+02:00", "-0130", "\t", "["]
 
 

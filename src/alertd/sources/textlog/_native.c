@@ -3,25 +3,23 @@
  *
  * `run` parses lines from `start` until the end, the first line it does not take, or CALL_TEXT characters,
  * and returns where it stopped (and whether because of a line handed back) with the state after the lines it
- * took. It takes a line only when it can give exactly what the Python
- * loop gives, through the same steps:
+ * took. It takes a line only when it gives exactly what the Python loop gives, through the same steps:
  *
  * - the line is ASCII (so `\w`, `\s`, `\d` and `float()` have their ASCII meaning), and the file's state is
  *   not in a traceback (the caller's check);
- * - its start is a plain character (the Python loop's `_PLAIN_FIRST`), or `[` that is no rank prefix nor
- *   `[`+digit, or blanks before neither a digit nor `[`, or `YYYY-MM-DD[T ]HH:MM:SS` with at most 9 digits
- *   of fraction and no zone (a zone, or anything else, is handed back);
+ * - its start: a leading time as `parse._TIME` matches it (at the line's start, or as `leading_time` finds
+ *   one past blanks or `[`), followed through the pattern's backtracking, the date's epoch asked of
+ *   `parse._epoch`; a progress bar's `\r` and a rank's prefix (`[...]:`) are handed back;
  * - its pairs are those of `fast._PAIR_FAST` from the time's end (or of `parse._DICT_PAIR` in an HF dict),
- *   found here by a matcher that follows the patterns' own backtracking: the tests hold `pairs` and
- *   `dict_pairs` below to the patterns' `findall` on every string;
- * - each key is in the stream's `known` (a new metric's series is made the Python way), no value is a
- *   spelling float() refuses (`nan.0`), at most MAX_VALUES pairs; a line with no pair but a number at its end
- *   (`name value` pairs) or JSON is handed back.
+ *   found by a matcher that follows the patterns' own backtracking: the tests hold `pairs` and `dict_pairs`
+ *   below to the patterns' `findall` on every string they draw;
+ * - each key is in the stream's `known` or IGNORED_KEYS (a new name is classified the Python way), every
+ *   value is one float() takes whole (not `nan.0`), at most MAX_VALUES pairs; a line with no pair but a number
+ *   at its end (`name value` pairs) or with JSON is handed back.
  *
  * `setup` is called once with the Python objects this needs (the Sample type, the marks of `fast`,
- * IGNORED_KEYS, the cached `parse._epoch`, MAX_VALUES), so that nothing here repeats a value of the Python side
- * (but the step keys, which the stream's `known` marks, and the character classes of the patterns, which the
- * tests hold to them).
+ * IGNORED_KEYS, the cached `parse._epoch`, MAX_VALUES), so that no value of the Python side is repeated here
+ * but the patterns' character classes and the shape of a time, which the tests hold to the patterns.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -29,6 +27,7 @@
 #include <string.h>
 
 #define MAX_PAIRS 1024
+#define BIG (1LL << 62) /* a step is less (parse's `abs(x) < 2**62`); a counter or step past it: the Python loop's */
 #define CALL_TEXT (1 << 20)
 /* Characters one call of `run` reads at most before it returns (the GIL is held throughout: about a
  * millisecond, as a line of Python would hold it, where a window of long lines could hold it for tens). */
@@ -245,7 +244,8 @@ static Py_ssize_t find_dict_pairs(const unsigned char *t, Py_ssize_t start, Py_s
     return found;
 }
 
-/* The value of t[v0:v1] as float() reads it (the text is a `_NUM` match float() takes); -1 on an error. */
+/* The value of t[v0:v1] as float() reads it: 1, 0 when float() would not take all of it (the line is then
+ * handed back: the matcher never makes a value up), -1 an error (no memory). */
 static int to_double(const unsigned char *t, Py_ssize_t v0, Py_ssize_t v1, double *x) {
     char small[64];
     Py_ssize_t len = v1 - v0;
@@ -258,15 +258,15 @@ static int to_double(const unsigned char *t, Py_ssize_t v0, Py_ssize_t v1, doubl
     buf[len] = 0;
     char *end;
     *x = PyOS_string_to_double(buf, &end, NULL);
-    int ok = !(*x == -1.0 && PyErr_Occurred()) && end == buf + len;
+    int ok = end == buf + len;
+    if (*x == -1.0 && PyErr_Occurred()) {
+        ok = PyErr_ExceptionMatches(PyExc_MemoryError) ? -1 : 0;
+        if (ok == 0)
+            PyErr_Clear();
+    }
     if (buf != small)
         PyMem_Free(buf);
-    if (!ok) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "a number the matcher took is not float()'s");
-        return -1;
-    }
-    return 0;
+    return ok;
 }
 
 typedef struct {
@@ -486,8 +486,11 @@ static int take_line(PyObject *line, PyObject *known, double now, PyObject *out,
             *st = before;
             return 0;
         }
-        if (to_double(t, p->v0, p->v1, &values[i]) < 0)
-            return -1;
+        int number = to_double(t, p->v0, p->v1, &values[i]);
+        if (number <= 0) {
+            *st = before;
+            return number;
+        }
         PyObject *key = PyUnicode_FromStringAndSize((const char *)t + p->k0, p->k1 - p->k0);
         if (key == NULL)
             return -1;
@@ -545,23 +548,28 @@ static int take_line(PyObject *line, PyObject *known, double now, PyObject *out,
 static PyObject *native_run(PyObject *self, PyObject *args) {
     PyObject *lines, *last_step, *last_time, *known, *out;
     Py_ssize_t start;
-    long long counter;
     double now;
     if (sample_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "setup() first");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OnLOOO!dO!", &lines, &start, &counter, &last_step, &last_time, &PyDict_Type, &known,
+    PyObject *counter_o;
+    if (!PyArg_ParseTuple(args, "OnOOOO!dO!", &lines, &start, &counter_o, &last_step, &last_time, &PyDict_Type, &known,
                           &now, &PyList_Type, &out))
         return NULL;
     State st = {0};
-    st.counter = counter;
-    if (last_step != Py_None) {
-        st.last_step = PyLong_AsLongLong(last_step);
+    int overflow = 0;
+    st.counter = PyLong_AsLongLongAndOverflow(counter_o, &overflow);
+    if (st.counter == -1 && PyErr_Occurred())
+        return NULL;
+    if (!overflow && last_step != Py_None) {
+        st.last_step = PyLong_AsLongLongAndOverflow(last_step, &overflow);
         if (st.last_step == -1 && PyErr_Occurred())
             return NULL;
         st.has_step = 1;
     }
+    if (overflow || llabs(st.counter) > BIG || llabs(st.last_step) > BIG) /* the Python loop's ints have no end */
+        return Py_BuildValue("nOOOnO", start, counter_o, last_step, last_time, (Py_ssize_t)0, Py_True);
     if (last_time != Py_None) {
         st.last_time = PyFloat_AsDouble(last_time);
         if (st.last_time == -1.0 && PyErr_Occurred())
