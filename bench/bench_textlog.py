@@ -5,7 +5,8 @@ print (`key=value` lines with a logging timestamp, HF Trainer dicts, `key: value
 
 - parses the 20 MB log whole with `TextLogSource.read_new()` (CPU seconds of this process): lines/s
   parsed (the mix, then a 20 MB log of its metric lines alone: the mix's lines without a metric cost alertd
-  almost nothing, which flatters it), beside a plain `re` loop over the same lines (read the file line by
+  almost nothing, which flatters it; then a `torchrun --tee` log of the mix, 4 ranks' lines interleaved,
+  each behind its `[defaultN]:` prefix), beside a plain `re` loop over the same lines (read the file line by
   line, one `findall` of one pattern for `key=value`, `key: value` and `'key': 'value'`, `float()` of each
   value: the least a Python parser does; median of 3) and `grep -ci nan` over the same file (the shell
   loop's whole work, wall seconds);
@@ -97,6 +98,26 @@ def metric_lines(path: Path) -> None:
     )
 
 
+def torchrun_lines(path: Path) -> None:
+    """The parse of a `torchrun --tee 3` log (every line behind its rank's `[defaultN]:` prefix, 4 ranks
+    interleaved: each rank has its own state and series) beside the plain loop over the same lines."""
+    lines = 0
+    with open(path, "w") as f:
+        while f.tell() < PARSE_SIZE:
+            f.write("".join(f"[default{r}]:" + line(lines + r) for r in range(4)))
+            lines += 4
+    src = TextLogSource(TextLogConfig(type="textlog", name="bench", path=str(path)))
+    c0 = time.process_time()
+    src.read_new(time.time())
+    parse_s = time.process_time() - c0
+    plain_s = statistics.median(plain_re(path)[0] for _ in range(3))
+    print(
+        f"textlog parse, torchrun lines (4 ranks' prefixes, interleaved): {lines / parse_s:.0f} lines/s "
+        f"({lines} lines); the plain re loop: {lines / plain_s:.0f} lines/s "
+        f"(alertd/plain {plain_s / parse_s:.2f}x the speed, goal >= 1)"
+    )
+
+
 def main() -> None:
     """Print the two benchmark lines."""
     logging.basicConfig(level=logging.WARNING)
@@ -119,6 +140,7 @@ def main() -> None:
             f"({grep_full:.3f} s, it finds the word and nothing else)"
         )
         metric_lines(Path(tmp) / "metrics.log")
+        torchrun_lines(Path(tmp) / "torchrun.log")
         big = Path(tmp) / "big.log"
         lines = build(big, TAIL_SIZE)
         size_mb = os.path.getsize(big) / 1e6

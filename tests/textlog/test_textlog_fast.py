@@ -16,7 +16,16 @@ from hypothesis import strategies as st
 from alertd.model import Sample
 from alertd.sources.config import TextEvent, TextPattern
 from alertd.sources.textlog import fast, stream
-from alertd.sources.textlog.parse import _DICT_PAIR, _PAIR, FileState, LineParser, event_patterns, value_patterns
+from alertd.sources.textlog.parse import (
+    _DICT_PAIR,
+    _PAIR,
+    MAX_RANKS,
+    FileState,
+    LineParser,
+    event_patterns,
+    split_rank,
+    value_patterns,
+)
 from alertd.sources.textlog.stream import LogStream
 
 NOW = 1_700_000_000.0
@@ -336,8 +345,7 @@ def test_the_c_loop_returns_after_a_megabyte_of_text_and_goes_on() -> None:
     with mock.patch.object(fast, "_native", native):
         got = run_stream(lines, LineParser, [], by_line=False, warm=True)
     assert got == expected
-    # The first line is handed back (the stream's `known` has not met its names), then 18 lines (1 MiB), 18, 3.
-    assert [call.args[1] for call in native.run.call_args_list] == [0, 1, 19, 37]
+    assert [call.args[1] for call in native.run.call_args_list] == [0, 18, 36]  # 18 lines make 1 MiB
     assert [sample[3:] for sample in got[1][-41:]] == [(1, 1.0)] + [(i, i + 0.5) for i in range(40)]
 
 
@@ -360,6 +368,63 @@ def test_a_state_past_a_c_integer_is_the_python_loop_s(counter: int, last_step: 
         got.append((samples_of(out), state_of(log.state)))
     assert got[0] == got[1]
     assert got[1][0][0][3] == (last_step if last_step is not None else counter + 1)
+
+
+RANK_SOUP = ["[", "]", ":", "]:", "default", "rank", "_", "-", "0", "7", "123456", "1234567", "a" * 60, ".", " ", "x"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(RANK_SOUP), max_size=12).map("".join))
+def test_the_c_loop_finds_the_rank_split_rank_finds(text: str) -> None:
+    native = fast._native
+    assert native is not None
+    rank, rest = split_rank(text)
+    assert native.rank(text) == (None if rank is None else (rank, len(text) - len(rest)))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[default1]:[rank3]:x=1", "[rank1]:[rank01]:", "[0]:[1]:[2]:", "[007]:", "[000]:", "[123456]:", "[1234567]:",
+        "[" + "a" * 64 + "1]:x", "[" + "a" * 65 + "1]:x", "[" + "a" * 63 + "1234567]:x", "[" + "a" * 64 + "1234567]:x",
+        "[a1234567]:", "[_-9]:", "[-9]:", "[a.1]:", "[a1]", "[a1]:", "[rank2]: [rank3]:", "[]:", "[a]:",
+    ],
+)  # fmt: skip
+def test_the_c_loop_finds_the_rank_split_rank_finds_at_the_edges(text: str) -> None:
+    native = fast._native
+    assert native is not None
+    rank, rest = split_rank(text)
+    assert native.rank(text) == (None if rank is None else (rank, len(text) - len(rest)))
+
+
+@pytest.mark.parametrize("which", ["C loop", "Python loop"])
+@pytest.mark.parametrize("max_ranks", [MAX_RANKS, 2])
+def test_interleaved_ranks_give_what_the_line_by_line_parse_gives(which: str, max_ranks: int) -> None:
+    """torchrun's lines of four ranks, interleaved, with the file's own lines between them and a rank's traceback:
+    each rank's own state and series (past MAX_RANKS ranks, the line by line way: the file's own)."""
+    lines = []
+    for i in range(30):
+        for r in (0, 1, 2, 3):
+            lines.append(f"[default{r}]:step={i} loss={r + i / 10} lr=3e-4")
+        lines.append(f"[rank1]:[rank01]:iter {i}: tokens_per_sec={1000 + i}")
+        if i % 10 == 3:
+            lines.append(f"2024-05-01 12:00:0{i % 10} eval_loss={i}")
+        if i == 12:
+            lines += [
+                "[default2]:Traceback (most recent call last):",
+                '[default2]:  File "t.py", line 1',
+                "[default2]:x=1",
+            ]
+    with (
+        mock.patch.object(fast, "_native", fast._native if which == "C loop" else None),
+        mock.patch("alertd.sources.textlog.parse.MAX_RANKS", max_ranks),
+    ):
+        expected = run_stream(lines, LineParser, [37, 90], by_line=True)
+        got = run_stream(lines, LineParser, [37, 90], by_line=False)
+    assert got == expected
+    assert {label for s in got[1] for label in s[1] if label[0] == "rank"} == {
+        ("rank", str(r)) for r in range(max_ranks if max_ranks < 4 else 4)
+    }
 
 
 TIME_SOUP = ["2024-05-01", " ", "T", "12:00:0", "7", ",", ".", "123", "1234567890", "Z", "+02:00", "-0130", "\t", "["]

@@ -29,6 +29,8 @@
 #define MAX_PAIRS 1024
 #define BIG (1LL << 62) /* a step is less (parse's `abs(x) < 2**62`); a counter or step past it: the Python loop's */
 #define CALL_TEXT (1 << 20)
+enum { GO_ON = 0, HANDED_BACK = 1, OTHER_RANK = 2 }; /* why `run` returned: the end or a pause; a line handed
+                                                       back; a line of another rank (or the file's own) */
 /* Characters one call of `run` reads at most before it returns (the GIL is held throughout: about a
  * millisecond, as a line of Python would hold it, where a window of long lines could hold it for tens). */
 
@@ -373,6 +375,51 @@ static int match_time(const unsigned char *t, Py_ssize_t n, Py_ssize_t p, State 
     return 1;
 }
 
+/* `parse._RANK.match(text, p)` (torchrun's `[default3]:`, `[rank3]:`, `[3]:`): the end of the match and the
+ * rank's digits in [*d0, *d1), or -1. The bracket holds `[\w-]` alone: digits (1-6), or a role (a letter or
+ * `_` first, at most 64 characters; the lazy role ends where 1-6 digits then `]:` follow) and its digits. */
+static Py_ssize_t rank_at(const unsigned char *t, Py_ssize_t n, Py_ssize_t p, Py_ssize_t *d0, Py_ssize_t *d1) {
+    if (p >= n || t[p] != '[')
+        return -1;
+    Py_ssize_t q = p + 1, j = q;
+    while (j < n && j - q <= 70 && (KEYCH[t[j]] && t[j] != '.' && t[j] != '/'))
+        j++;
+    if (j == q || j + 1 >= n || t[j] != ']' || t[j + 1] != ':')
+        return -1;
+    Py_ssize_t digits = 0;
+    while (digits < j - q && DIGIT(t[j - 1 - digits]))
+        digits++;
+    if (digits == j - q) { /* digits alone */
+        if (digits > 6)
+            return -1;
+    } else {
+        unsigned char c = t[q];
+        if (digits == 0 || !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'))
+            return -1;
+        if (digits > 6)
+            digits = 6;
+        if (j - digits - q > 64)
+            return -1;
+    }
+    *d0 = j - digits, *d1 = j;
+    return j + 2;
+}
+
+/* `parse.split_rank`'s prefix of an ASCII line (not a bar's `\r` one): the end of the prefix (its inner one,
+ * `--tee`'s `[default0]:` before torch's own `[rank0]:`) and the rank as `str(int(digits))` in [*r0, *r1), or -1. */
+static Py_ssize_t line_rank(const unsigned char *t, Py_ssize_t n, Py_ssize_t *r0, Py_ssize_t *r1) {
+    Py_ssize_t d0, d1, e = rank_at(t, n, 0, &d0, &d1);
+    if (e < 0)
+        return -1;
+    Py_ssize_t i0, i1, inner = rank_at(t, n, e, &i0, &i1);
+    if (inner >= 0)
+        e = inner, d0 = i0, d1 = i1;
+    while (d1 - d0 > 1 && t[d0] == '0')
+        d0++;
+    *r0 = d0, *r1 = d1;
+    return e;
+}
+
 /* The line's start, as the Python loop reads it: where its pairs are looked for (`pos`: after a leading
  * date and time, else 0) and its time; 0 taken, -1 hand the line back (a bar's `\r`, a rank's prefix), -2 an
  * error. */
@@ -390,9 +437,9 @@ static int line_start(const unsigned char *t, Py_ssize_t n, State *st, Py_ssize_
     if (c == '\r')
         return -1;
     if (c == '[') {
-        for (Py_ssize_t i = 1; i + 1 < n; i++)
-            if (t[i] == ']' && t[i + 1] == ':')
-                return -1; /* a rank's prefix (or like one): the Python way */
+        Py_ssize_t r0, r1;
+        if (line_rank(t, n, &r0, &r1) >= 0)
+            return -1; /* a rank's prefix in what follows one: the Python way */
         if (!(n > 1 && DIGIT(t[1])))
             return 0;
     }
@@ -430,12 +477,9 @@ static PyObject *new_sample(PyObject *key, PyObject *t, PyObject *s, double x) {
 }
 
 /* One line: 1 taken (its samples appended, the state moved), 0 handed back (nothing moved), -1 an error. */
-static int take_line(PyObject *line, PyObject *known, double now, PyObject *out, State *st, Pair *pairs,
-                     Py_ssize_t *matched) {
-    if (!PyUnicode_Check(line) || !PyUnicode_IS_ASCII(line))
-        return 0;
-    const unsigned char *t = PyUnicode_1BYTE_DATA(line);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(line), pos;
+static int take_line(const unsigned char *t, Py_ssize_t n, PyObject *known, PyObject *classify, double now,
+                     PyObject *out, State *st, Pair *pairs, Py_ssize_t *matched) {
+    Py_ssize_t pos;
     State before = *st;
     int r = line_start(t, n, st, &pos);
     if (r == -2)
@@ -498,12 +542,18 @@ static int take_line(PyObject *line, PyObject *known, double now, PyObject *out,
         if (kind == NULL && !PyErr_Occurred()) {
             int ignored = PySet_Contains(ignored_keys, key); /* `v_num`: never in `known` */
             kind = ignored > 0 ? mark_ignored : NULL;
+            if (ignored == 0) { /* a name not met yet: `fast.classify` files it in `known` (None: no series yet) */
+                PyObject *r = PyObject_CallOneArg(classify, key);
+                if (r != NULL && r != Py_None)
+                    kind = PyDict_GetItemWithError(known, key); /* NULL where `known` is full: the Python way */
+                Py_XDECREF(r);
+            }
         }
         Py_DECREF(key);
         if (kind == NULL) {
             if (PyErr_Occurred())
                 return -1;
-            *st = before; /* a name not seen yet: classified the Python way */
+            *st = before; /* a name with no series yet: made the Python way */
             return 0;
         }
         kinds[i] = kind;
@@ -546,7 +596,7 @@ static int take_line(PyObject *line, PyObject *known, double now, PyObject *out,
 }
 
 static PyObject *native_run(PyObject *self, PyObject *args) {
-    PyObject *lines, *last_step, *last_time, *known, *out;
+    PyObject *lines, *last_step, *last_time, *known, *classify, *rank, *out;
     Py_ssize_t start;
     double now;
     if (sample_type == NULL) {
@@ -554,9 +604,15 @@ static PyObject *native_run(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *counter_o;
-    if (!PyArg_ParseTuple(args, "OnOOOO!dO!", &lines, &start, &counter_o, &last_step, &last_time, &PyDict_Type, &known,
-                          &now, &PyList_Type, &out))
+    if (!PyArg_ParseTuple(args, "OnOOOO!OOdO!", &lines, &start, &counter_o, &last_step, &last_time, &PyDict_Type,
+                          &known, &classify, &rank, &now, &PyList_Type, &out))
         return NULL;
+    if (rank != Py_None && !(PyUnicode_Check(rank) && PyUnicode_IS_ASCII(rank))) {
+        PyErr_SetString(PyExc_TypeError, "rank: an ASCII str or None");
+        return NULL;
+    }
+    const char *ctx = rank == Py_None ? NULL : (const char *)PyUnicode_1BYTE_DATA(rank);
+    Py_ssize_t ctx_len = rank == Py_None ? 0 : PyUnicode_GET_LENGTH(rank);
     State st = {0};
     int overflow = 0;
     st.counter = PyLong_AsLongLongAndOverflow(counter_o, &overflow);
@@ -569,7 +625,7 @@ static PyObject *native_run(PyObject *self, PyObject *args) {
         st.has_step = 1;
     }
     if (overflow || llabs(st.counter) > BIG || llabs(st.last_step) > BIG) /* the Python loop's ints have no end */
-        return Py_BuildValue("nOOOnO", start, counter_o, last_step, last_time, (Py_ssize_t)0, Py_True);
+        return Py_BuildValue("nOOOniO", start, counter_o, last_step, last_time, (Py_ssize_t)0, HANDED_BACK, Py_None);
     if (last_time != Py_None) {
         st.last_time = PyFloat_AsDouble(last_time);
         if (st.last_time == -1.0 && PyErr_Occurred())
@@ -586,26 +642,55 @@ static PyObject *native_run(PyObject *self, PyObject *args) {
         return PyErr_NoMemory();
     }
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    int r = 1;
-    Py_ssize_t text = 0;
+    int r = 1, status = GO_ON;
+    Py_ssize_t text = 0, r0 = 0, r1 = 0;
     for (; i < n && text < CALL_TEXT; i++) {
-        r = take_line(items[i], known, now, out, &st, pairs, &matched);
-        if (r <= 0)
+        PyObject *line = items[i];
+        if (!PyUnicode_Check(line) || !PyUnicode_IS_ASCII(line)) {
+            status = HANDED_BACK;
             break;
-        text += PyUnicode_GET_LENGTH(items[i]);
+        }
+        const unsigned char *t = PyUnicode_1BYTE_DATA(line);
+        Py_ssize_t len = PyUnicode_GET_LENGTH(line), off = 0;
+        if (len > 0 && t[0] == '[') {
+            off = line_rank(t, len, &r0, &r1);
+            if (off >= 0 && !(ctx != NULL && r1 - r0 == ctx_len && memcmp(t + r0, ctx, ctx_len) == 0)) {
+                status = OTHER_RANK; /* a rank's line, another rank's state: the caller's to switch */
+                break;
+            }
+        }
+        if (off < 0)
+            off = 0;
+        if (off == 0 && ctx != NULL) {
+            r0 = r1 = 0;
+            status = OTHER_RANK; /* the file's own line */
+            break;
+        }
+        r = take_line(t + off, len - off, known, classify, now, out, &st, pairs, &matched);
+        if (r <= 0) {
+            status = HANDED_BACK;
+            break;
+        }
+        text += len;
     }
     PyMem_Free(pairs);
+    PyObject *rank_o = NULL;
+    if (r >= 0)
+        rank_o = status == OTHER_RANK && r1 > r0
+                     ? PyUnicode_FromStringAndSize((const char *)PyUnicode_1BYTE_DATA(items[i]) + r0, r1 - r0)
+                     : Py_NewRef(Py_None);
     Py_DECREF(seq);
     if (r < 0)
         return NULL;
     PyObject *step_o = st.has_step ? PyLong_FromLongLong(st.last_step) : Py_NewRef(Py_None);
     PyObject *time_o = st.has_time ? PyFloat_FromDouble(st.last_time) : Py_NewRef(Py_None);
-    if (step_o == NULL || time_o == NULL) {
+    if (step_o == NULL || time_o == NULL || rank_o == NULL) {
         Py_XDECREF(step_o);
         Py_XDECREF(time_o);
+        Py_XDECREF(rank_o);
         return NULL;
     }
-    return Py_BuildValue("nLNNnO", i, st.counter, step_o, time_o, matched, r == 0 ? Py_True : Py_False);
+    return Py_BuildValue("nLNNniN", i, st.counter, step_o, time_o, matched, status, rank_o);
 }
 
 static PyObject *pairs_list(const unsigned char *t, Pair *pairs, Py_ssize_t found) {
@@ -647,6 +732,20 @@ static PyObject *native_pairs(PyObject *self, PyObject *args, int dict) {
     return list;
 }
 
+static PyObject *native_rank(PyObject *self, PyObject *args) {
+    PyObject *text;
+    if (!PyArg_ParseTuple(args, "U", &text))
+        return NULL;
+    if (!PyUnicode_IS_ASCII(text)) {
+        PyErr_SetString(PyExc_ValueError, "ASCII text only");
+        return NULL;
+    }
+    Py_ssize_t r0, r1, e = line_rank(PyUnicode_1BYTE_DATA(text), PyUnicode_GET_LENGTH(text), &r0, &r1);
+    if (e < 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(s#n)", (const char *)PyUnicode_1BYTE_DATA(text) + r0, r1 - r0, e);
+}
+
 static PyObject *native_find_pairs(PyObject *self, PyObject *args) { return native_pairs(self, args, 0); }
 
 static PyObject *native_find_dict_pairs(PyObject *self, PyObject *args) { return native_pairs(self, args, 1); }
@@ -675,9 +774,11 @@ static PyObject *native_setup(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"setup", native_setup, METH_VARARGS, "setup(Sample, STEP, IGNORED, DROPPED, IGNORED_KEYS, epoch, max_values)"},
     {"run", native_run, METH_VARARGS,
-     "run(lines, start, counter, last_step, last_time, known, now, out) -> (stop, counter, last_step, last_time, "
-     "matched, handed_back): the lines from start to stop taken; handed_back, the line at stop is the Python "
-     "loop's"},
+     "run(lines, start, counter, last_step, last_time, known, classify, rank, now, out) -> (stop, counter, "
+     "last_step, last_time, matched, why, rank): the lines from start to stop taken, with the state of `rank`'s "
+     "lines (None: the file's own); why: 0 the end or a pause, 1 the line at stop is the Python loop's, 2 it is "
+     "a line of the returned rank"},
+    {"rank", native_rank, METH_VARARGS, "rank(text): (parse.split_rank's rank, where its text starts) or None"},
     {"pairs", native_find_pairs, METH_VARARGS, "pairs(text, pos): fast._PAIR_FAST.findall(text, pos), ASCII text"},
     {"dict_pairs", native_find_dict_pairs, METH_VARARGS,
      "dict_pairs(text, start, end): parse._DICT_PAIR.findall(text, start, end), ASCII text"},

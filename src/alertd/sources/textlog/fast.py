@@ -23,13 +23,14 @@ which names are step keys, both fixed once seen.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate
 from operator import add
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from alertd.model import Sample, SeriesKey
 from alertd.sources.textlog.parse import (
@@ -42,9 +43,11 @@ from alertd.sources.textlog.parse import (
     IGNORED_KEYS,
     MAX_VALUES,
     STEP_KEYS,
+    FileState,
     LineParser,
     _epoch,
     leading_time,
+    series_name,
     split_rank,
 )
 
@@ -111,19 +114,21 @@ def marked(lines: Sequence[str], hints: bool) -> list[int]:
     return sorted(out)
 
 
-def classify(stream: LogStream, key: str) -> SeriesKey | _Mark | None:
-    """What `key` is in `stream`: its series, or a `_Mark`; None: a metric with no series yet (the line goes
-    the line by line way, which makes it). Step keys and series are kept in `stream.known`."""
+def classify(stream: LogStream, key: str, rank: str | None = None) -> SeriesKey | _Mark | None:
+    """What `key` is in `stream` (on `rank`'s lines: torchrun's prefix, its series labelled `rank`): its
+    series, or a `_Mark`; None: a metric with no series yet (the line goes the line by line way, which makes
+    it). Step keys and series are kept in `stream.known` (`stream.rank_known[rank]`)."""
     if key.lower() in STEP_KEYS:
         kind: SeriesKey | _Mark | None = STEP
     elif key in IGNORED_KEYS:
         return IGNORED
     else:
-        kind = stream.keys.get(key)
+        kind = stream.keys.get(key if rank is None else series_name(key, (("rank", rank),)))
         if kind is None:
             return DROPPED if stream.overflow else None
-    if len(stream.known) < MAX_KNOWN:
-        stream.known[key] = kind
+    known = stream.known if rank is None else stream.rank_known[rank]
+    if len(known) < MAX_KNOWN:
+        known[key] = kind
     return kind
 
 
@@ -147,25 +152,64 @@ def slow(
 def run(stream: LogStream, parser: LineParser, lines: Sequence[str], now: float, out: list[Sample]) -> None:
     """Append the samples of `lines` (none holding a hint or an ANSI escape) to `out`, updating the stream: the
     C loop (`_native.run`) for the lines it takes, `run_lines` for each line it hands back (see `_native.c`:
-    non-ASCII text, a time with a zone, a new metric, `name value` pairs, JSON, ...) and for the lines of a
-    traceback. Without the C module, `run_lines` for all.
+    non-ASCII text, a new metric, `name value` pairs, JSON, ...) and for the lines of a traceback. The C loop
+    reads the lines of one state at a time (the file's own, or a rank's: torchrun's prefix); at a line of
+    another, it returns and is called again with that one's. Without the C module, `run_lines` for all.
     """
     native = _native
     if native is None:
         run_lines(stream, parser, lines, now, out)
         return
-    state, known = stream.state, stream.known
+    rank: str | None = None
+    contexts: dict[str | None, Context] = {}
+    state, known, named = contexts[None] = _file_context(stream)
     i, n = 0, len(lines)
     while i < n:
         if not state.in_traceback:
-            i, state.counter, state.last_step, state.last_time, matched, handed_back = native.run(
-                lines, i, state.counter, state.last_step, state.last_time, known, now, out
+            i, state.counter, state.last_step, state.last_time, matched, why, line_rank = native.run(
+                lines, i, state.counter, state.last_step, state.last_time, known, named, rank, now, out
             )
             stream.matched += matched
-            if not handed_back:
+            if why == GO_ON:
                 continue  # the end, or a pause after a megabyte of text (other threads take the GIL meanwhile)
+            if why == OTHER_RANK:
+                context = contexts.get(line_rank)
+                if context is None:
+                    context = _context(stream, line_rank)
+                    if context is None:  # past MAX_RANKS ranks: the line by line way (as the file's own)
+                        run_lines(stream, parser, lines[i : i + 1], now, out)
+                        i += 1
+                        continue
+                    contexts[line_rank] = context
+                rank, (state, known, named) = line_rank, context
+                continue
+        elif rank is not None:  # a rank's traceback: the lines after it may be another's (the C loop tells)
+            rank, (state, known, named) = None, contexts[None]
         run_lines(stream, parser, lines[i : i + 1], now, out)
         i += 1
+
+
+GO_ON, HANDED_BACK, OTHER_RANK = 0, 1, 2
+"""Why `_native.run` returned (its `why`)."""
+
+
+Context = tuple[FileState, dict[str, Any], Callable[[str], object]]
+"""The state, the names met and the classifier of one kind of line (the file's own, or a rank's)."""
+
+
+def _file_context(stream: LogStream) -> Context:
+    """The file's own lines' `Context`."""
+    return stream.state, stream.known, functools.partial(classify, stream)
+
+
+def _context(stream: LogStream, rank: str | None) -> Context | None:
+    """The `Context` of `rank`'s lines (None: the file's own); None past MAX_RANKS ranks."""
+    if rank is None:
+        return _file_context(stream)
+    state = stream.state.of_rank(rank)
+    if state is None:
+        return None
+    return state, stream.rank_known.setdefault(rank, {}), functools.partial(classify, stream, rank=rank)
 
 
 def run_lines(stream: LogStream, parser: LineParser, lines: Sequence[str], now: float, out: list[Sample]) -> None:  # noqa: C901

@@ -154,6 +154,11 @@ class FileState:
         )
 
 
+def series_name(metric: str, extra: tuple[tuple[str, str], ...] = ()) -> str:
+    """What a stream files the series of `metric` with the labels `extra` (a rank's) under (`LogStream.keys`)."""
+    return f"{metric}\x00{extra}" if extra else metric
+
+
 def split_rank(line: str) -> tuple[str | None, str]:
     """(the rank of torchrun's prefix, the line without it), or (None, the line) when it has none."""
     if not line.startswith("[", 1 if line.startswith("\r") else 0):

@@ -14,7 +14,7 @@ from typing import Any
 
 from alertd.model import Sample, SeriesKey, make_labels
 from alertd.sources.textlog.fast import parse_batch
-from alertd.sources.textlog.parse import FileState, LineParser, Parsed, split_rank
+from alertd.sources.textlog.parse import FileState, LineParser, Parsed, series_name, split_rank
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ MAX_SERIES = 1000
 class LogStream:
     """The labels, series keys and parse state of one log (`name` is how warnings call it)."""
 
-    __slots__ = ("keys", "known", "labels", "lines", "matched", "name", "overflow", "state")
+    __slots__ = ("keys", "known", "labels", "lines", "matched", "name", "overflow", "rank_known", "state")
 
     def __init__(self, name: str, labels: Mapping[str, str]) -> None:
         self.name = name
@@ -35,6 +35,8 @@ class LogStream:
         self.keys: dict[str, SeriesKey] = {}
         self.known: dict[str, Any] = {}
         """For the fast path (`alertd.sources.textlog.fast`): the series of metric names, and the step keys."""
+        self.rank_known: dict[str, dict[str, Any]] = {}
+        """The same for the lines of each rank (torchrun's prefix; at most MAX_RANKS, as the state's ranks)."""
         self.overflow = False
         self.lines = 0
         """Lines parsed (since this stream began: a restarted service counts again)."""
@@ -43,7 +45,7 @@ class LogStream:
 
     def key(self, metric: str, extra: tuple[tuple[str, str], ...] = ()) -> SeriesKey | None:
         """The series of `metric` in this stream; None past MAX_SERIES names (warned about once)."""
-        name = f"{metric}\x00{extra}" if extra else metric
+        name = series_name(metric, extra)
         key = self.keys.get(name)
         if key is None:
             if len(self.keys) >= MAX_SERIES:
