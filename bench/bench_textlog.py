@@ -83,19 +83,23 @@ def grep_seconds(path: Path) -> float:
     return time.perf_counter() - t0
 
 
-def metric_lines(path: Path) -> None:
-    """The parse beside the plain loop over the mix's metric lines alone: one line in four of the mix holds no
-    metric, and alertd drops those before any regex, which flatters it; this is the fairer figure."""
-    lines = build(path, PARSE_SIZE, metrics_only=True)
+def beside_plain(what: str, path: Path, lines: int) -> None:
+    """Print the parse of `path` (`lines` lines; CPU seconds) beside the plain loop's over the same lines."""
     src = TextLogSource(TextLogConfig(type="textlog", name="bench", path=str(path)))
     c0 = time.process_time()
     src.read_new(time.time())
     parse_s = time.process_time() - c0
     plain_s = statistics.median(plain_re(path)[0] for _ in range(3))
     print(
-        f"textlog parse, metric lines only: {lines / parse_s:.0f} lines/s ({lines} lines); the plain re loop: "
+        f"textlog parse, {what}: {lines / parse_s:.0f} lines/s ({lines} lines); the plain re loop: "
         f"{lines / plain_s:.0f} lines/s (alertd/plain {plain_s / parse_s:.2f}x the speed, goal >= 1)"
     )
+
+
+def metric_lines(path: Path) -> None:
+    """The parse beside the plain loop over the mix's metric lines alone: one line in four of the mix holds no
+    metric, and alertd drops those before any regex, which flatters it; this is the fairer figure."""
+    beside_plain("metric lines only", path, build(path, PARSE_SIZE, metrics_only=True))
 
 
 def torchrun_lines(path: Path) -> None:
@@ -106,20 +110,11 @@ def torchrun_lines(path: Path) -> None:
         while f.tell() < PARSE_SIZE:
             f.write("".join(f"[default{r}]:" + line(lines + r) for r in range(4)))
             lines += 4
-    src = TextLogSource(TextLogConfig(type="textlog", name="bench", path=str(path)))
-    c0 = time.process_time()
-    src.read_new(time.time())
-    parse_s = time.process_time() - c0
-    plain_s = statistics.median(plain_re(path)[0] for _ in range(3))
-    print(
-        f"textlog parse, torchrun lines (4 ranks' prefixes, interleaved): {lines / parse_s:.0f} lines/s "
-        f"({lines} lines); the plain re loop: {lines / plain_s:.0f} lines/s "
-        f"(alertd/plain {plain_s / parse_s:.2f}x the speed, goal >= 1)"
-    )
+    beside_plain("torchrun lines (4 ranks' prefixes, interleaved)", path, lines)
 
 
 def main() -> None:
-    """Print the two benchmark lines."""
+    """Print the benchmark lines."""
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "train.log"
