@@ -427,6 +427,20 @@ def test_interleaved_ranks_give_what_the_line_by_line_parse_gives(which: str, ma
     }
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.text(st.characters(max_codepoint=127, exclude_characters="\n"), max_size=60), min_size=1, max_size=20),
+    st.sampled_from(["C loop", "Python loop"]),
+)
+def test_any_ascii_gives_what_the_line_by_line_parse_gives(lines: list[str], which: str) -> None:
+    """Lines of any ASCII characters (control characters too): the C loop never reads past a line, never
+    differs from the oracle."""
+    with mock.patch.object(fast, "_native", fast._native if which == "C loop" else None):
+        expected = run_stream(lines, LineParser, [], by_line=True, warm=True)
+        got = run_stream(lines, LineParser, [], by_line=False, warm=True)
+    assert got == expected
+
+
 TIME_SOUP = ["2024-05-01", " ", "T", "12:00:0", "7", ",", ".", "123", "1234567890", "Z", "+02:00", "-0130", "\t", "["]
 
 
