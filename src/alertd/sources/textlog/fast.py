@@ -5,7 +5,7 @@ the two to each other on every shape of line).
 It is taken for a parser of the built-in shapes with no user patterns and no user events (otherwise each line
 goes the line by line way). A batch is read in windows of WINDOW lines; per window, one search of the window's
 text for each built-in event's hint and for ANSI escapes (`marked`) picks out the lines that go the line by line
-way; the others go through `run`, which hands a line over to `parse_line` (the same state, the same list of
+way; the others go through `run_lines`, which hands a line over to `parse_line` (the same state, the same list of
 samples) when it is any of:
 
 - in a traceback (the file's own state is in one), a progress bar's state (`\\r`), a line with a rank prefix;
@@ -14,11 +14,15 @@ samples) when it is any of:
 - a pair whose value Python's float() refuses (Lightning's `nan.0`), or a metric the stream has no series of
   yet (so that series are made, and MAX_SERIES warned about, exactly as line by line).
 
-Everything else `run` does itself, as `LineParser.parse` would: the leading time, the pairs of an HF dict or of
+Everything else `run_lines` does itself, as `LineParser.parse` would: the leading time, the pairs of an HF dict or of
 `key=value`/`key: value` (`_PAIR_FAST`, the same matches as `parse._PAIR`), the step (the first integral value
 of a step key; one after the values still gives them their step), the counter, one `Sample` per value. What
 it keeps between batches is the stream's `known` (bounded by MAX_KNOWN): the series of each metric name and
-which names are step keys, both fixed once seen.
+which names are step keys, both fixed once seen (`rank_known`: the same for each rank's lines).
+
+`run` gives those lines to the C loop (`_native.c`, built where a compiler is found), which takes the lines it
+can give exactly this for (ASCII text; torchrun's rank-prefixed lines too, one rank's state at a time) and hands
+each other line to `run_lines`, the loop described above: `run_lines` is the C loop's fallback and oracle.
 """
 
 from __future__ import annotations
