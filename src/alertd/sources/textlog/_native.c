@@ -63,6 +63,13 @@ static void init_tables(void) {
 #define QUOTE(c) ((c) == '\'' || (c) == '"')
 #define LOWER(c) ((c) | 0x20)
 
+/* Past the digits from x (none: x). */
+static Py_ssize_t skip_digits(const unsigned char *t, Py_ssize_t n, Py_ssize_t x) {
+    while (x < n && DIGIT(t[x]))
+        x++;
+    return x;
+}
+
 /* End of `[eE][-+]?\d++` at x, or -1. */
 static Py_ssize_t exp_end(const unsigned char *t, Py_ssize_t n, Py_ssize_t x) {
     if (x >= n || (t[x] != 'e' && t[x] != 'E'))
@@ -72,9 +79,17 @@ static Py_ssize_t exp_end(const unsigned char *t, Py_ssize_t n, Py_ssize_t x) {
         y++;
     if (y >= n || !DIGIT(t[y]))
         return -1;
-    while (y < n && DIGIT(t[y]))
-        y++;
-    return y;
+    return skip_digits(t, n, y);
+}
+
+/* A number's ends once its digits end at d, `(?:[eE][-+]?\d++)?` tried greedily: with the exponent, then
+ * without; appended from ends[k] on, the new count returned. */
+static int with_exponent(const unsigned char *t, Py_ssize_t n, Py_ssize_t d, Py_ssize_t *ends, char *bad, int k) {
+    Py_ssize_t x = exp_end(t, n, d);
+    if (x >= 0)
+        bad[k] = 0, ends[k++] = x;
+    bad[k] = 0, ends[k++] = d;
+    return k;
 }
 
 static int word_at(const unsigned char *t, Py_ssize_t n, Py_ssize_t q, const char *w, Py_ssize_t len) {
@@ -90,35 +105,17 @@ static int word_at(const unsigned char *t, Py_ssize_t n, Py_ssize_t q, const cha
  * spelling float() refuses (nan or inf with `.0`). */
 static int num_ends(const unsigned char *t, Py_ssize_t n, Py_ssize_t p, Py_ssize_t *ends, char *bad) {
     int k = 0;
-    Py_ssize_t q = p, x;
+    Py_ssize_t q = p;
     if (q < n && (t[q] == '+' || t[q] == '-'))
         q++;
     if (q < n && DIGIT(t[q])) { /* \d++(?:\.\d*+)?(?:[eE][-+]?\d++)? */
-        Py_ssize_t d = q;
-        while (d < n && DIGIT(t[d]))
-            d++;
-        if (d < n && t[d] == '.') {
-            Py_ssize_t f = d + 1;
-            while (f < n && DIGIT(t[f]))
-                f++;
-            if ((x = exp_end(t, n, f)) >= 0)
-                bad[k] = 0, ends[k++] = x;
-            bad[k] = 0, ends[k++] = f;
-        }
-        if ((x = exp_end(t, n, d)) >= 0)
-            bad[k] = 0, ends[k++] = x;
-        bad[k] = 0, ends[k++] = d;
-        return k;
+        Py_ssize_t d = skip_digits(t, n, q);
+        if (d < n && t[d] == '.')
+            k = with_exponent(t, n, skip_digits(t, n, d + 1), ends, bad, k);
+        return with_exponent(t, n, d, ends, bad, k);
     }
-    if (q + 1 < n && t[q] == '.' && DIGIT(t[q + 1])) { /* \.\d++(?:[eE][-+]?\d++)? */
-        Py_ssize_t d = q + 1;
-        while (d < n && DIGIT(t[d]))
-            d++;
-        if ((x = exp_end(t, n, d)) >= 0)
-            bad[k] = 0, ends[k++] = x;
-        bad[k] = 0, ends[k++] = d;
-        return k;
-    }
+    if (q + 1 < n && t[q] == '.' && DIGIT(t[q + 1])) /* \.\d++(?:[eE][-+]?\d++)? */
+        return with_exponent(t, n, skip_digits(t, n, q + 1), ends, bad, k);
     /* (?ai:nan|inf(?:inity)?)(?:\.0)? */
     Py_ssize_t words[2];
     int w = 0;
