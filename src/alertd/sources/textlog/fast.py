@@ -178,8 +178,9 @@ def run(stream: LogStream, parser: LineParser, lines: Sequence[str], now: float,
                 continue  # the end, or a pause after a megabyte of text (other threads take the GIL meanwhile)
             if why == OTHER_RANK:
                 context = contexts.get(line_rank)
-                if context is None:
-                    context = _context(stream, line_rank)
+                if context is None:  # a rank not met in this call (the file's own context is always there)
+                    assert line_rank is not None
+                    context = _rank_context(stream, line_rank)
                     if context is None:  # past MAX_RANKS ranks: the line by line way (as the file's own)
                         run_lines(stream, parser, lines[i : i + 1], now, out)
                         i += 1
@@ -206,10 +207,8 @@ def _file_context(stream: LogStream) -> Context:
     return stream.state, stream.known, functools.partial(classify, stream)
 
 
-def _context(stream: LogStream, rank: str | None) -> Context | None:
-    """The `Context` of `rank`'s lines (None: the file's own); None past MAX_RANKS ranks."""
-    if rank is None:
-        return _file_context(stream)
+def _rank_context(stream: LogStream, rank: str) -> Context | None:
+    """The `Context` of `rank`'s lines; None past MAX_RANKS ranks."""
     state = stream.state.of_rank(rank)
     if state is None:
         return None
