@@ -123,10 +123,15 @@ class StateStore:
             kept = {pair: tr for pair, tr in snap.tracks.items() if pair[0] in snap.rule_fps and _worth_keeping(tr)}
             gone = [(name, _series_json(key)) for name, key in old_tracks.keys() - kept.keys()]
             db.executemany("DELETE FROM tracks WHERE rule = ? AND series = ?", gone)
+            dirty = snap.dirty  # a quiet track is noted on in place (`evaluate`, `in_place`): the same object,
+            # changed, so the pairs said to have changed are written whatever their identity
             changed = [
                 (name, fps[name], _series_json(key), json.dumps(_track_data(tr), allow_nan=True))
                 for (name, key), tr in kept.items()
-                if old_tracks.get((name, key)) is not tr or old_fps.get(name) != fps[name]
+                if old_tracks.get((name, key)) is not tr
+                or old_fps.get(name) != fps[name]
+                or dirty is None
+                or (name, key) in dirty
             ]
             db.executemany("INSERT OR REPLACE INTO tracks VALUES (?, ?, ?, ?)", changed)
         cursors: dict[str, tuple[str, str, object]] = {}

@@ -66,3 +66,35 @@ def test_a_cursor_of_many_files_is_written_file_by_file_and_read_back_whole() ->
     assert store.load_cursors() == {"tb": ("fp", moved), "s": ("fp2", {"offset": 5, "line": 1})}
     store.db.execute("INSERT OR REPLACE INTO cursors VALUES ('old', 'fp3', '[1, 2]')")  # an earlier version's
     assert store.load_cursors()["old"] == ("fp3", [1, 2])
+
+
+@settings(max_examples=60, deadline=None)
+@given(spec=stream, commits=st.lists(st.booleans(), min_size=8), changed=st.integers(0, 60))
+def test_the_service_ticks_and_a_changed_rule_keep_the_store_equal_to_the_state(spec, commits, changed) -> None:  # type: ignore[no-untyped-def]
+    """One sample per evaluation, the state handed over (`in_place`: a quiet track is noted on in place, the same
+    object), and one rule's definition changed midway (its fingerprint: the commit then compares every track):
+    the store still ends up holding every track as it is."""
+    ruleset, buffer = RuleSet(RULES), SeriesBuffer(BufferLimits(max_samples=64, max_age=1e6))
+    fps = rule_fingerprints(ruleset)
+    store = StateStore(sqlite3.connect(":memory:"))
+    state, dirty = EvalState(), None
+    data = build(spec)
+    for k, (s, commit) in enumerate(zip(data, itertools.cycle(commits), strict=False)):
+        buffer.append([s], s.time)
+        state = evaluate(ruleset, buffer, s.time, state, in_place=True).state
+        dirty = None if dirty is None else dirty | state.written
+        if k == changed % len(data):
+            fps = {**fps, "hi": "changed"}
+        if commit or k == changed % len(data):
+            with store.db:
+                store.writer(Snapshot(state.tracks, fps, {}, 0.0, None if dirty is None else frozenset(dirty)))(
+                    store.db
+                )
+            store.committed()
+            dirty = set()
+    with store.db:
+        store.writer(Snapshot(state.tracks, fps, {}, 0.0, None if dirty is None else frozenset(dirty)))(store.db)
+    store.committed()
+    expected = {p: json.dumps(_track_data(t)) for p, t in state.tracks.items() if _worth_keeping(t)}
+    assert expected
+    assert {p: json.dumps(_track_data(t)) for p, t in store.load_tracks(fps).items()} == expected

@@ -218,6 +218,11 @@ class _Run:
         # True once the mapping is this evaluation's own to change (copied, or handed over: `in_place`)
         self._own_tracks = in_place and type(prev.tracks) is dict
         self._own_timers = in_place and type(prev.timers) is dict
+        # True when the previous state is handed over (`in_place`): its quiet tracks are nobody else's to keep, so a
+        # tick's note on one is made on it (`quiet_ticks`), not on a copy
+        self._handed = self._own_tracks
+        self._timed = {name for name, _ in prev.timers}
+        """The rules with a timer (or that had one): a pair of any other rule has none, found with no hash of it."""
         self.written: set[PairKey] = set()
         self.prev = prev
         self.transitions: list[Transition] = []
@@ -277,11 +282,13 @@ class _Run:
         key = series.key
         pair = (rule.name, key)
         old = self.tracks.get(pair)
-        if old is not None and rule.absent is None and old.generation == series.generation:  # a tick's shortcuts
-            if self._quiet_tick(rule, series, pair, old):
-                return False
-            if self._firing_tick(rule, series, pair, old):
-                return True
+        if (  # a steadily firing pair's tick at once (a quiet pair's: `quiet_ticks`)
+            old is not None
+            and rule.absent is None
+            and old.generation == series.generation
+            and self._firing_tick(rule, series, pair, old)
+        ):
+            return True
         tr = old.copy() if old is not None else Track()
         self._rule, self._key = rule, key
         if tr.generation == series.generation:
@@ -338,19 +345,74 @@ class _Run:
         self._settle(rule, pair, tr, finished_at, now)
         return stirred or not quiet
 
-    def _quiet_tick(self, rule: Rule, series: Series, pair: PairKey, old: Track) -> bool:
-        """The service's tick on a quiet pair (no alert, no condition held, no streak, no absence to time): when
-        one sample is new and the condition does not hold on it, `track` would note the sample as the last seen
-        and move on, nothing else: done here at once, True. False: `track`'s whole way (the condition, should
-        it hold, is judged there again: a condition is a function of the series, its memo only a cache)."""
-        if old.state is not AlertState.INACTIVE or old.cond or old.streak != 0:
-            return False
-        base, times = series.base, series.times
-        i = series.start + (old.position if old.position > base else base) - base
-        if len(times) - i != 1 or rule.condition.check(series, i):
-            return False
-        self._note(series, pair, old.copy(), i)
-        return True
+    def quiet_ticks(self, rules: Sequence[Rule], series: Series, now: float) -> list[Rule]:
+        """The service's tick on the quiet pairs of one series, all its rules at once; return the rules left for
+        `track`'s whole way.
+
+        A pair is quiet while its alert is inactive and its condition does not hold (a streak may be counting
+        towards `consecutive`). When one sample is new and does not start the alert (the streak stays short of
+        `consecutive`), `track` would note the sample as the last seen, count the streak, and for an `absent`
+        rule time the absence from it, nothing else: done here at once. For an `absent` rule, only while no
+        absence began before the sample, its run has not ended, and the absence it times is due after `now`.
+        The condition, should it hold too soon or raise, is judged again by `track` (a condition is a function
+        of the series, its memo only a cache)."""
+        times, base, start = series.times, series.base, series.start
+        i = len(times) - 1  # the newest sample's array index
+        if i < start:
+            return list(rules)
+        seen = series.end - 1  # where a pair that has seen all but the newest sample stands
+        key, generation, tracks, handed = series.key, series.generation, self.tracks, self._handed
+        rest: list[Rule] = []
+        t = times[i]
+        noted: tuple[float, int | None, float, int] | None = None
+        for rule in rules:
+            pair = (rule.name, key)
+            old = None if rule.expr is not None or rule.peers is not None else tracks.get(pair)
+            if (
+                old is None
+                or old.generation != generation
+                or old.state is not AlertState.INACTIVE
+                or old.cond
+                or (old.position if old.position > base else base) != seen
+            ):
+                rest.append(rule)
+                continue
+            absent, due = rule.absent, None
+            if absent is not None:
+                due = t + absent.seconds  # the absence the sample times (`next_event`)
+                onset = old.last_time + absent.seconds if old.last_time is not None else None
+                if (
+                    due <= now  # (its change is made by `track`, at once)
+                    or (onset is not None and old.clock < onset < t)
+                    or self.buffer.finished_at(key) is not None
+                ):
+                    rest.append(rule)
+                    continue
+            try:
+                streak = old.streak + 1 if rule.condition.check(series, i) else 0
+            except Exception:  # judged again by `track`, where a rule's error is told
+                streak = rule.consecutive
+            if streak >= rule.consecutive:
+                rest.append(rule)
+                continue
+            if noted is None:
+                step = series.steps[i]
+                noted = (series.values[i], None if step == NO_STEP else step, t, seen + 1)
+            # an inactive track, handed over: in no alert memo (`EvalState.alerts`), nobody else's: noted on in place
+            tr = old if handed else old.copy()
+            tr.value, tr.step, tr.time, tr.position = noted
+            tr.last_time = tr.clock = t
+            tr.streak = streak
+            if not handed:
+                self._tracks_w()[pair] = tr
+            self.written.add(pair)
+            if due is not None and self.timers.get(pair) != due:
+                self._set_timer(pair, due)
+            elif (
+                due is None and rule.name in self._timed and pair in self.timers
+            ):  # a timer left over (as `_settle` drops it)
+                del self._timers_w()[pair]
+        return rest
 
     def _firing_tick(self, rule: Rule, series: Series, pair: PairKey, old: Track) -> bool:
         """The service's tick on a steadily firing pair (firing, the condition held, no `keep_firing_for` running,
@@ -380,7 +442,7 @@ class _Run:
         tr.position = series.end
         self._tracks_w()[pair] = tr
         self.written.add(pair)
-        if self.timers and pair in self.timers:  # a timer left over (as `_settle` drops it)
+        if pair[0] in self._timed and pair in self.timers:  # a timer left over (as `_settle` drops it)
             del self._timers_w()[pair]
 
     def join(self, rule: Rule, labels: Labels, metrics: set[str], now: float) -> PairKey | None:
@@ -543,7 +605,7 @@ class _Run:
         self, rule: Rule, pair: PairKey, tr: Track, finished_at: float | None, now: float, inclusive: bool = True
     ) -> None:
         if rule.absent is None and tr.state is AlertState.INACTIVE:
-            if self.timers and pair in self.timers:  # none at all, the usual: no hash of the pair
+            if pair[0] in self._timed and pair in self.timers:  # none of its rule, the usual: no hash of the pair
                 del self._timers_w()[pair]
             return
         due = advance(rule, tr, now, finished_at, self.emit, inclusive=inclusive)
@@ -551,7 +613,7 @@ class _Run:
             if pair in self.timers:
                 del self._timers_w()[pair]
         elif self.timers.get(pair) != due:
-            self._timers_w()[pair] = due
+            self._set_timer(pair, due)
 
     def _tracks_w(self) -> dict[PairKey, Track]:
         """The tracks, to change: a copy of the previous state's, made once (an evaluation that changes no
@@ -575,7 +637,11 @@ class _Run:
             return
         due = next_event(self.ruleset.by_name[pair[0]], tr, self._finished_at(self.ruleset.by_name[pair[0]], pair[1]))
         if due is not None and due <= now and self.timers.get(pair) != due:
-            self._timers_w()[pair] = due
+            self._set_timer(pair, due)
+
+    def _set_timer(self, pair: PairKey, due: float) -> None:
+        self._timers_w()[pair] = due
+        self._timed.add(pair[0])
 
     def _timers_w(self) -> dict[PairKey, float]:
         """The timers, to change (copied once, as the tracks)."""
@@ -641,7 +707,8 @@ def _new_samples(run: _Run, now: float) -> set[PairKey]:
     runs: dict[JoinKey, set[str]] = {}
     groups: dict[GroupKey, set[SeriesKey]] = {}
     for series in run.buffer.changed_since(run.prev.version):
-        for rule in ruleset.for_series(series.key):
+        rules = ruleset.for_series(series.key)
+        for rule in run.quiet_ticks(rules, series, now) if rules else ():
             if exprs and rule.expr is not None:
                 runs.setdefault((rule.name, series.key.labels), set()).add(series.key.metric)
                 continue
