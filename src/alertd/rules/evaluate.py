@@ -406,12 +406,11 @@ class _Run:
             if not handed:
                 self._tracks_w()[pair] = tr
             self.written.add(pair)
-            if due is not None and self.timers.get(pair) != due:
+            if due is None:
+                if rule.name in self._timed and pair in self.timers:  # a timer left over (as `_settle` drops it)
+                    del self._timers_w()[pair]
+            elif self.timers.get(pair) != due:
                 self._set_timer(pair, due)
-            elif (
-                due is None and rule.name in self._timed and pair in self.timers
-            ):  # a timer left over (as `_settle` drops it)
-                del self._timers_w()[pair]
         return rest
 
     def _firing_tick(self, rule: Rule, series: Series, pair: PairKey, old: Track) -> bool:
@@ -640,6 +639,7 @@ class _Run:
             self._set_timer(pair, due)
 
     def _set_timer(self, pair: PairKey, due: float) -> None:
+        """Look at `pair` again at `due` (`_due_timers`); its rule is among those with a timer (`_timed`)."""
         self._timers_w()[pair] = due
         self._timed.add(pair[0])
 
