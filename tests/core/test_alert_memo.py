@@ -41,10 +41,13 @@ def ruleset(team: str) -> RuleSet:
         max_size=12,
     ),
     background=st.integers(0, 60),
+    in_place=st.booleans(),
 )
 def test_the_memo_gives_what_a_fresh_sorted_call_gives(
-    ticks: list[tuple[list[tuple[str, str, float]], str]], background: int
+    ticks: list[tuple[list[tuple[str, str, float]], str]], background: int, in_place: bool
 ) -> None:
+    """`in_place`: as the service evaluates (a steadily firing alert's new sample makes its track a new one, so the
+    memo makes its alert again, with the new value)."""
     buf = SeriesBuffer()
     rules, team = ruleset("x"), "x"
     memo = AlertMemo()
@@ -63,7 +66,7 @@ def test_the_memo_gives_what_a_fresh_sorted_call_gives(
             rules = ruleset(team)
         t = float(i + 1)
         buf.append([Sample(SeriesKey(m, make_labels({"source": "s", "run": run})), t, i, v) for run, m, v in samples])
-        state = evaluate(rules, buf, t, state).state
+        state = evaluate(rules, buf, t, state, in_place=in_place).state
         with_memo = state.alerts(rules.rules, memo)
         assert with_memo == state.alerts(rules.rules)
         assert with_memo == sorted(with_memo, key=lambda a: (a.rule, a.labels))

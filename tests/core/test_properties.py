@@ -162,3 +162,34 @@ def test_an_evaluation_not_in_place_leaves_the_previous_state_as_it_was(spec) ->
         new = evaluate(ruleset, buffer, s.time, state).state
         assert {p: tuple(repr(getattr(tr, f)) for f in Track.__slots__) for p, tr in state.tracks.items()} == before
         state = new
+
+
+def test_a_firing_alert_whose_run_ended_resolves_at_the_end_on_its_next_sample() -> None:
+    """A NaN alert firing, its run ends, and another NaN comes: the tick resolves it at the end (and it fires again
+    on the new sample), as one batch does; it is not kept firing as a steady one."""
+    loss = SeriesKey("loss", (("run", "a"),))
+    data = [Sample(loss, 1.0, 1, math.nan), Sample(loss, 2.0, 2, math.nan)]
+    data += [Sample(SeriesKey("run.finished", (("run", "a"),)), 3.0, None, 1.0), Sample(loss, 4.0, 3, math.nan)]
+    ticks, _, _ = ticked(data, [0.0], 5.0, in_place=True)
+    assert [(t, rule, state) for t, rule, state, _ in ticks if rule == "nf"] == [
+        (1.0, "nf", "firing"),
+        (3.0, "nf", "resolved"),
+        (4.0, "nf", "firing"),
+    ]
+    assert ticks == transitions([data], 5.0)
+
+
+def test_a_firing_alert_whose_run_ends_beside_its_next_sample_resolves_at_the_end() -> None:
+    """The run's end and the firing alert's next sample in one evaluation (the series' one new sample): the alert
+    resolves at the end and fires again on the sample, as one batch gives; it is not kept firing as a steady one."""
+    loss = SeriesKey("loss", (("run", "a"),))
+    first = [Sample(loss, 1.0, 1, math.nan), Sample(loss, 2.0, 2, math.nan)]
+    then = [Sample(SeriesKey("run.finished", (("run", "a"),)), 3.0, None, 1.0), Sample(loss, 4.0, 3, math.nan)]
+    ruleset, buffer = RuleSet(RULES), SeriesBuffer(BufferLimits(max_samples=64, max_age=1e6))
+    state, got = EvalState(), []
+    for batch in ([first[0]], [first[1]], then):
+        buffer.append(batch)
+        ev = evaluate(ruleset, buffer, batch[-1].time, state, in_place=True)
+        state, got = ev.state, got + list(ev.transitions)
+    nf = [(t.time, t.state.value) for t in got if t.rule == "nf"]
+    assert nf == [(1.0, "firing"), (3.0, "resolved"), (4.0, "firing")]

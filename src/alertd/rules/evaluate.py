@@ -282,13 +282,6 @@ class _Run:
         key = series.key
         pair = (rule.name, key)
         old = self.tracks.get(pair)
-        if (  # a steadily firing pair's tick at once (a quiet pair's: `quiet_ticks`)
-            old is not None
-            and rule.absent is None
-            and old.generation == series.generation
-            and self._firing_tick(rule, series, pair, old)
-        ):
-            return True
         tr = old.copy() if old is not None else Track()
         self._rule, self._key = rule, key
         if tr.generation == series.generation:
@@ -346,16 +339,21 @@ class _Run:
         return stirred or not quiet
 
     def quiet_ticks(self, rules: Sequence[Rule], series: Series, now: float) -> list[Rule]:
-        """The service's tick on the quiet pairs of one series, all its rules at once; return the rules left for
+        """The service's tick on the steady pairs of one series, all its rules at once; return the rules left for
         `track`'s whole way.
 
-        A pair is quiet while its alert is inactive and its condition does not hold (a streak may be counting
-        towards `consecutive`). When one sample is new and does not start the alert (the streak stays short of
-        `consecutive`), `track` would note the sample as the last seen, count the streak, and for an `absent`
-        rule time the absence from it, nothing else: done here at once. For an `absent` rule, only while no
-        absence began before the sample, its run has not ended, and the absence it times is due after `now`.
-        The condition, should it hold too soon or raise, is judged again by `track` (a condition is a function
-        of the series, its memo only a cache)."""
+        When one sample is new, `track` would, for a pair whose alert is steady, note the sample as the last seen,
+        count it in the streak, for an `absent` rule time the absence from it, and change nothing else: done here
+        at once. Steady is:
+        - quiet: the alert inactive, its condition not holding on the sample, a streak (if any) staying short of
+          `consecutive`; for an `absent` rule, only while no absence began before the sample, its run has not
+          ended, and the absence it times is due after `now`;
+        - steadily firing: firing, the condition holding before and on the sample, its run not ended
+          (`_firing_steady`: no time-based change is due, `next_event` is None; the pair stays among the active
+          ones). Its track is a new one (the alert made of the old one is kept by `EvalState.alerts`' memo).
+        A quiet track, the state handed over (`in_place`), is noted on in place: it is in no alert memo. The
+        condition, should it raise, is judged again by `track` (a condition is a function of the series, its
+        memo only a cache)."""
         times, base, start = series.times, series.base, series.start
         i = len(times) - 1  # the newest sample's array index
         if i < start:
@@ -363,86 +361,73 @@ class _Run:
         seen = series.end - 1  # where a pair that has seen all but the newest sample stands
         key, generation, tracks, handed = series.key, series.generation, self.tracks, self._handed
         rest: list[Rule] = []
-        t = times[i]
-        noted: tuple[float, int | None, float, int] | None = None
+        t, step = times[i], series.steps[i]
+        noted = (series.values[i], None if step == NO_STEP else step, t, seen + 1)
         for rule in rules:
             pair = (rule.name, key)
             old = None if rule.expr is not None or rule.peers is not None else tracks.get(pair)
-            if (
-                old is None
-                or old.generation != generation
-                or old.state is not AlertState.INACTIVE
-                or old.cond
-                or (old.position if old.position > base else base) != seen
-            ):
+            if old is None or old.generation != generation or (old.position if old.position > base else base) != seen:
                 rest.append(rule)
                 continue
-            absent, due = rule.absent, None
-            if absent is not None:
-                due = t + absent.seconds  # the absence the sample times (`next_event`)
-                onset = old.last_time + absent.seconds if old.last_time is not None else None
-                if (
-                    due <= now  # (its change is made by `track`, at once)
-                    or (onset is not None and old.clock < onset < t)
-                    or self.buffer.finished_at(key) is not None
-                ):
+            due, state = None, old.state
+            if state is AlertState.FIRING:
+                if not self._firing_steady(rule, old, key):
+                    rest.append(rule)
+                    continue
+            elif state is not AlertState.INACTIVE or old.cond:
+                rest.append(rule)
+                continue
+            elif rule.absent is not None:
+                due = self._absence_timed(rule.absent.seconds, old, key, t, now)
+                if due is None:
                     rest.append(rule)
                     continue
             try:
-                streak = old.streak + 1 if rule.condition.check(series, i) else 0
+                holds = rule.condition.check(series, i)
             except Exception:  # judged again by `track`, where a rule's error is told
-                streak = rule.consecutive
-            if streak >= rule.consecutive:
                 rest.append(rule)
                 continue
-            if noted is None:
-                step = series.steps[i]
-                noted = (series.values[i], None if step == NO_STEP else step, t, seen + 1)
-            # an inactive track, handed over: in no alert memo (`EvalState.alerts`), nobody else's: noted on in place
-            tr = old if handed else old.copy()
+            streak = old.streak + 1 if holds else 0
+            firing = state is AlertState.FIRING
+            if not holds if firing else streak >= rule.consecutive:
+                rest.append(rule)  # a firing alert's condition stops, or a quiet one's starts
+                continue
+            tr = old if handed and not firing else old.copy()
             tr.value, tr.step, tr.time, tr.position = noted
             tr.last_time = tr.clock = t
             tr.streak = streak
-            if not handed:
+            if tr is not old:
                 self._tracks_w()[pair] = tr
             self.written.add(pair)
-            if due is None:
-                if rule.name in self._timed and pair in self.timers:  # a timer left over (as `_settle` drops it)
-                    del self._timers_w()[pair]
-            elif self.timers.get(pair) != due:
-                self._set_timer(pair, due)
+            if due is not None or rule.name in self._timed:
+                self._retime(pair, due)
         return rest
 
-    def _firing_tick(self, rule: Rule, series: Series, pair: PairKey, old: Track) -> bool:
-        """The service's tick on a steadily firing pair (firing, the condition held, no `keep_firing_for` running,
-        no absence to time): when one sample is new, the condition still holds on it and the series' run has not
-        ended, `track` would note the sample, count it in the streak and change nothing else (no time-based
-        change is due: `next_event` is None): done here at once, True. False: `track`'s whole way."""
-        if old.state is not AlertState.FIRING or not old.cond or old.keep_since is not None:
-            return False
-        base, times = series.base, series.times
-        i = series.start + (old.position if old.position > base else base) - base
-        if (
-            len(times) - i != 1
-            or old.streak + 1 < rule.consecutive
-            or self._finished_at(rule, series.key) is not None
-            or not rule.condition.check(series, i)
-        ):
-            return False
-        tr = old.copy()
-        tr.streak += 1
-        self._note(series, pair, tr, i)
-        return True
+    def _retime(self, pair: PairKey, due: float | None) -> None:
+        """A quiet or steadily firing pair's timer after its tick (`quiet_ticks`): the absence its sample times,
+        else none (one left over dropped, as `_settle` does)."""
+        if due is None:
+            if pair in self.timers:
+                del self._timers_w()[pair]
+        elif self.timers.get(pair) != due:
+            self._set_timer(pair, due)
 
-    def _note(self, series: Series, pair: PairKey, tr: Track, i: int) -> None:
-        """A tick's one new sample (array index `i`) noted on the pair's new track `tr` as the last seen, kept."""
-        t, s = series.times[i], series.steps[i]
-        tr.value, tr.step, tr.time, tr.last_time, tr.clock = series.values[i], None if s == NO_STEP else s, t, t, t
-        tr.position = series.end
-        self._tracks_w()[pair] = tr
-        self.written.add(pair)
-        if pair[0] in self._timed and pair in self.timers:  # a timer left over (as `_settle` drops it)
-            del self._timers_w()[pair]
+    def _firing_steady(self, rule: Rule, old: Track, key: SeriesKey) -> bool:
+        """Whether a firing pair stays as it is if its condition holds on a new sample (`quiet_ticks`): its condition
+        holds (so no `keep_firing_for` runs), the sample keeps the streak `track` needs to hold it (as `track`'s
+        `set_condition` asks), and its run has not ended (whose end resolves it). An `absent` rule's condition never
+        holds on a sample: its pair goes `track`'s way."""
+        return old.cond and old.streak + 1 >= rule.consecutive and self._finished_at(rule, key) is None
+
+    def _absence_timed(self, seconds: float, old: Track, key: SeriesKey, t: float, now: float) -> float | None:
+        """When the absence a quiet pair's new sample at `t` times is due (`next_event`), where noting the sample is
+        all `track` does (`quiet_ticks`): no absence began before it, the run has not ended, and it is due after
+        `now` (else its change is made by `track`, at once); None otherwise."""
+        due = t + seconds
+        onset = old.last_time + seconds if old.last_time is not None else None
+        if due <= now or (onset is not None and old.clock < onset < t) or self.buffer.finished_at(key) is not None:
+            return None
+        return due
 
     def join(self, rule: Rule, labels: Labels, metrics: set[str], now: float) -> PairKey | None:
         """Judge the steps of one run that became ready for an expr rule, then step its alert through time

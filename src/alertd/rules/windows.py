@@ -619,14 +619,19 @@ class ZScore:
         v = series.values[i]
         if v - v != 0.0:
             return None
-        lo = window_start(series, i, self.over, i)
-        if lo is None:
-            return None
+        samples = self.over.samples
+        if samples is not None:  # `window_start`, inline: the usual window
+            lo = i - samples
+            if lo < series.start:
+                return None
+        else:
+            lo = window_start(series, i, self.over, i)  # type: ignore[assignment]
         window.move(series, lo, i)
-        if window.count < max(self.min_samples, 1):
+        n = window.count
+        if n < self.min_samples or n < 1:
             return None
         std = window.stddev()
-        return (v - window.mean()) / std if std > 0 else None
+        return (v - window.total / (n << window.scale)) / std if std > 0 else None  # `mean`, inline
 
     def describe(self) -> str:
         """`zscore over 100 samples beyond 3 (both)`."""
