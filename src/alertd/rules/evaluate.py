@@ -378,7 +378,7 @@ class _Run:
                 rest.append(rule)
                 continue
             elif rule.absent is not None:
-                due = self._absence_timed(rule.absent.seconds, old, key, t, now)
+                due = self._absence_timed(rule, rule.absent.seconds, old, key, t, now)
                 if due is None:
                     rest.append(rule)
                     continue
@@ -404,8 +404,7 @@ class _Run:
         return rest
 
     def _retime(self, pair: PairKey, due: float | None) -> None:
-        """A quiet or steadily firing pair's timer after its tick (`quiet_ticks`): the absence its sample times,
-        else none (one left over dropped, as `_settle` does)."""
+        """The pair's timer after it was stepped: at `due`, its next time-based change, or none."""
         if due is None:
             if pair in self.timers:
                 del self._timers_w()[pair]
@@ -419,15 +418,18 @@ class _Run:
         holds on a sample: its pair goes `track`'s way."""
         return old.cond and old.streak + 1 >= rule.consecutive and self._finished_at(rule, key) is None
 
-    def _absence_timed(self, seconds: float, old: Track, key: SeriesKey, t: float, now: float) -> float | None:
-        """When the absence a quiet pair's new sample at `t` times is due (`next_event`), where noting the sample is
-        all `track` does (`quiet_ticks`): no absence began before it, the run has not ended, and it is due after
-        `now` (else its change is made by `track`, at once); None otherwise."""
+    def _absence_timed(
+        self, rule: Rule, seconds: float, old: Track, key: SeriesKey, t: float, now: float
+    ) -> float | None:
+        """When the absence a quiet pair's new sample at `t` times is due (`next_event` of the noted track: `seconds`
+        after it), where noting the sample is all `track` does (`quiet_ticks`): the run has not ended, no absence
+        is due before the sample (`next_event` of the old track), and the one it times is due after `now` (else its
+        change is made by `track`, at once); None otherwise."""
         due = t + seconds
-        onset = old.last_time + seconds if old.last_time is not None else None
-        if due <= now or (onset is not None and old.clock < onset < t) or self.buffer.finished_at(key) is not None:
+        if due <= now or self.buffer.finished_at(key) is not None:
             return None
-        return due
+        before = next_event(rule, old, None)
+        return None if before is not None and before < t else due
 
     def join(self, rule: Rule, labels: Labels, metrics: set[str], now: float) -> PairKey | None:
         """Judge the steps of one run that became ready for an expr rule, then step its alert through time
@@ -589,15 +591,10 @@ class _Run:
         self, rule: Rule, pair: PairKey, tr: Track, finished_at: float | None, now: float, inclusive: bool = True
     ) -> None:
         if rule.absent is None and tr.state is AlertState.INACTIVE:
-            if pair[0] in self._timed and pair in self.timers:  # none of its rule, the usual: no hash of the pair
-                del self._timers_w()[pair]
+            if pair[0] in self._timed:  # none of its rule, the usual: no hash of the pair
+                self._retime(pair, None)
             return
-        due = advance(rule, tr, now, finished_at, self.emit, inclusive=inclusive)
-        if due is None:
-            if pair in self.timers:
-                del self._timers_w()[pair]
-        elif self.timers.get(pair) != due:
-            self._set_timer(pair, due)
+        self._retime(pair, advance(rule, tr, now, finished_at, self.emit, inclusive=inclusive))
 
     def _tracks_w(self) -> dict[PairKey, Track]:
         """The tracks, to change: a copy of the previous state's, made once (an evaluation that changes no
