@@ -146,8 +146,9 @@ class Series:
         self.base = 0
         self.generation = 0
         self.cuts: list[tuple[int, int]] = []
-        self.memo: dict[int, tuple[int, Any]] | None = None
-        """The windowed conditions' running state for this series (`rules/memo.py`), by condition."""
+        self.memo: dict[int, Any] | None = None
+        """The windowed conditions' running state for this series (`rules/memo.py`), by condition: of the current
+        generation (a cut drops it)."""
 
     def __len__(self) -> int:
         return len(self.times) - self.start
@@ -202,6 +203,7 @@ class Series:
         dropped = len(self.steps) - i
         del self.times[i:], self.values[i:], self.steps[i:]
         self.generation += 1
+        self.memo = None  # the windows' running state was of the samples cut
         self.cuts.append((self.generation, self.base + i - self.start))
         del self.cuts[:-16]
         return Restart(self.key, time, last, step, dropped)

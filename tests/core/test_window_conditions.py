@@ -7,6 +7,7 @@ import itertools
 import random
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import window_helpers as ref
@@ -20,7 +21,8 @@ from alertd.dryrun import Replay
 from alertd.errors import ConfigError
 from alertd.model import Sample, SeriesKey
 from alertd.rules import RuleSet
-from alertd.rules.conditions import Span, WindowAggregate, ZScore
+from alertd.rules.conditions import Span, Spike, WindowAggregate, ZScore
+from alertd.rules.plateau import Plateau
 
 
 def firing_times(r_text: str, values: list[float], limits: BufferLimits | None = None) -> list[tuple[float, str]]:
@@ -409,3 +411,42 @@ def test_describe_says_what_is_judged() -> None:
         "{name: a, metric: l, condition: {avg: {over: 20 samples, baseline: 200 samples}, op: '>', ratio: 1.5}}"
     )
     assert cond.condition.describe() == "avg over 20 samples > 1.5x the 200 samples before"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: WindowAggregate("avg", Span(samples=3), ">", value=2.5),
+        lambda: WindowAggregate("avg", Span(samples=2), ">", ratio=0.9, baseline=Span(samples=2)),
+        lambda: WindowAggregate("quantile", Span(seconds=25.0), ">", value=2.5, q=0.5),
+        lambda: ZScore(Span(samples=3), 0.5),
+        lambda: Spike(1.5, samples=3, min_samples=1),
+        lambda: Plateau(patience=2),
+    ],
+    ids=["avg", "avg-ratio", "quantile-5s", "zscore", "spike", "plateau"],
+)
+def test_a_restart_that_rewrites_the_newest_sample_gets_a_fresh_window(make: Any) -> None:
+    """Steps 0, 1, 2, 3, 5 then a sample at step 4: the restart cuts the one sample of step 5, so the series ends
+    where it ended, and the window's running state, made with step 5's value, must not be taken for the new one's
+    (the series' memo goes with the cut): the answers are those of a condition that never saw step 5, and not the
+    ones it gave before."""
+    before = [(0, 5.0), (1, 1.0), (2, 4.0), (3, 2.0), (5, 0.5)]
+    after = [*before[:-1], (4, 3.0)]
+    cut, fresh = Series(SeriesKey("x")), Series(SeriesKey("x"))
+    for step, v in before:
+        cut.append(step * 10.0, step, v)
+    cond = make()
+    last = len(cut.times) - 1
+    seen = [_judged(cond, cut, last)]
+    assert cut.append(41.0, 4, 3.0) is not None  # a restart, that cut step 5
+    assert len(cut.times) - 1 == last
+    for step, v in after[:-1]:
+        fresh.append(step * 10.0, step, v)
+    fresh.append(41.0, 4, 3.0)
+    assert _judged(cond, cut, last) == _judged(make(), fresh, last) != seen[0]
+
+
+def _judged(cond: Any, s: Series, i: int) -> tuple[bool, float | None]:
+    """What `cond` says of index `i`, and the number it judges (its measure, z-score, baseline; a plateau's check)."""
+    number = getattr(cond, "measure", getattr(cond, "score", getattr(cond, "baseline", None)))
+    return cond.check(s, i), None if number is None else number(s, i)

@@ -36,8 +36,9 @@ def _forget(token: int, held: weakref.WeakSet[Series]) -> None:
 
 
 class Memo:
-    """A condition's entries, one per series: each is valid only for the series object it is kept on, at the
-    generation it was made for (a series that restarted gets a fresh one)."""
+    """A condition's entries, one per series: each is valid only for the series object it is kept on, in the
+    generation it was made in (a series that restarts drops its entries: `Series.memo` is emptied with the cut,
+    so it gets fresh ones)."""
 
     __slots__ = ("__weakref__", "_held", "_lock", "token")
 
@@ -49,32 +50,29 @@ class Memo:
         weakref.finalize(self, _forget, self.token, self._held)
 
     def get(self, series: Series) -> Any | None:
-        """The entry kept on this series at its current generation, or None."""
+        """The entry kept on this series, or None."""
         memo = series.memo
-        hit = memo.get(self.token) if memo is not None else None
-        if hit is None or hit[0] != series.generation:
-            return None
-        return hit[1]
+        return memo.get(self.token) if memo is not None else None
 
     def entry(self, series: Series, make: Callable[..., Any], *args: Any) -> Any:
         """The entry kept on this series, or a new one from `make(*args)`, kept. The arguments, not a closure: a
         condition asks at every sample it judges."""
         memo = series.memo
         hit = memo.get(self.token) if memo is not None else None  # `get`, inline
-        if hit is not None and hit[0] == series.generation:
-            return hit[1]
+        if hit is not None:
+            return hit
         entry = make(*args)
         self.put(series, entry)
         return entry
 
     def put(self, series: Series, entry: Any) -> None:
-        """Keep `entry` on this series, for its current generation."""
+        """Keep `entry` on this series (until its next cut)."""
         if series.memo is None:
             series.memo = {}
         if self.token not in series.memo:
             with self._lock:
                 self._held.add(series)
-        series.memo[self.token] = (series.generation, entry)
+        series.memo[self.token] = entry
 
     def __len__(self) -> int:
         """The live series holding an entry of this condition."""

@@ -42,8 +42,7 @@ class Plateau:
         base = series.base
         pos = base + i - series.start
         memo = series.memo
-        hit = memo.get(self.memo.token) if memo is not None else None  # `Memo.get`, inline: asked at every sample
-        state = hit[1] if hit is not None and hit[0] == series.generation else None
+        state = memo.get(self.memo.token) if memo is not None else None  # `Memo.get`, inline: asked at every sample
         if state is None or state[0] > pos + 1:
             # [next position, best, wait]: from the oldest buffered sample
             state = [base, math.inf if self.mode == "min" else -math.inf, 0]

@@ -85,7 +85,7 @@ class Running:
     from that copy, so the window moves on even after the buffer evicted the values leaving it (a window as
     long as the buffer's history, as a spike's over 5 minutes of a fast series, is never rebuilt for it)."""
 
-    __slots__ = ("count", "head", "hi", "kept", "lo", "ordered", "scale", "squares", "sums", "total")
+    __slots__ = ("before", "count", "head", "hi", "kept", "lo", "ordered", "scale", "squares", "sums", "total")
 
     def __init__(self, sums: bool, squares: bool, ordered: bool) -> None:
         self.lo = self.hi = -1
@@ -96,6 +96,8 @@ class Running:
         self.head = 0
         if not squares:
             self.squares = -1  # not kept
+        self.before: Running | None = None
+        """A baseline's window, just before this one (`WindowAggregate` with a baseline: made when first needed)."""
 
     def move(self, series: Series, lo: int, hi: int) -> None:
         """Make this the window of array indices [lo, hi) of `series` (advanced when that is cheaper than
@@ -403,15 +405,14 @@ class WindowAggregate:
         """True when the window (or the ratio to the baseline) compares true; never before the windows
         are full or hold `min_samples` finite values."""
         how, memo = self._how, series.memo
-        hit = memo.get(self.memo.token) if memo is not None else None  # `_entry`, inline: asked at every sample
-        entry = hit[1] if hit is not None and hit[0] == series.generation else self._entry(series)
-        measured = self._measure(entry, series, i)
+        window = memo.get(self.memo.token) if memo is not None else None  # `_window`, inline: asked at every sample
+        measured = self._measure(window or self._window(series), series, i)
         return measured is not None and how[0](measured, how[1])
 
     def measure(self, series: Series, i: int) -> float | None:
         """The aggregate of the window that ends at index `i` (with a baseline: its ratio to the baseline's
         aggregate), or None where nothing is judged."""
-        return self._measure(self._entry(series), series, i)
+        return self._measure(self._window(series), series, i)
 
     def check_range(self, series: Series, lo: int, hi: int) -> list[int]:
         """The offsets from `lo` of the samples at [lo, hi) where `check` holds: the windows advanced sample by
@@ -420,9 +421,9 @@ class WindowAggregate:
         if self.kind in _PREFIXED and hi - lo >= PREFIX_MIN:
             return self._check_prefixed(series, lo, hi)
         out = []
-        entry = self._entry(series)
+        window = self._window(series)
         for i in range(lo, hi):
-            measured = self._measure(entry, series, i)
+            measured = self._measure(window, series, i)
             if measured is not None and compare(measured, number):
                 out.append(i - lo)
         return out
@@ -484,9 +485,9 @@ class WindowAggregate:
         starts = np.array([f[1] for f in found], dtype=np.int64)
         return judged, starts, None if bspan is None else np.array([f[2] for f in found], dtype=np.int64)
 
-    def _entry(self, series: Series) -> list[Any]:
-        """[the window's Running, the baseline's (or None)] of the series."""
-        return self.memo.entry(series, _windows, self._how[3])  # type: ignore[no-any-return]
+    def _window(self, series: Series) -> Running:
+        """The series' running window (with a baseline, the baseline's hangs on it: `Running.before`)."""
+        return self.memo.entry(series, Running, *self._how[3])  # type: ignore[no-any-return]
 
     def _bounds(self, series: Series, i: int) -> tuple[int, int | None] | None:
         """Where the window that ends at index `i` starts, and where its baseline does (None without one); None
@@ -504,7 +505,7 @@ class WindowAggregate:
         blo = window_start(series, i, bspan, lo)
         return None if blo is None else (lo, blo)
 
-    def _measure(self, entry: list[Any], series: Series, i: int) -> float | None:
+    def _measure(self, recent: Running, series: Series, i: int) -> float | None:
         _, _, least, keep, bspan = self._how
         over = self.over
         if bspan is None:  # `_bounds`, inline: the usual window
@@ -521,7 +522,6 @@ class WindowAggregate:
             if bounds is None:
                 return None
             lo, blo = bounds
-        recent = entry[0]
         recent.move(series, lo, i + 1)
         if recent.count < least:
             return None
@@ -530,14 +530,14 @@ class WindowAggregate:
         if kind == "avg":  # `aggregate`, inline for the two most asked
             now = recent.total / (recent.count << recent.scale)
         elif kind == "quantile":
-            now = quantile(recent.ordered, self.q)
+            now = quantile(recent.ordered, self.q)  # type: ignore[arg-type]  # kept for a quantile
         else:
             now = aggregate(kind, recent, self.q)
         if blo is None:
             return now
-        base = entry[1]
+        base = recent.before
         if base is None:
-            base = entry[1] = Running(*keep)
+            base = recent.before = Running(*keep)
         base.move(series, blo, lo)
         if base.count < least:
             return None
@@ -556,11 +556,6 @@ class WindowAggregate:
         """At most how many samples before a judged one its window and baseline read (`LooksBack`)."""
         bspan = self._how[4]
         return self.over.lookback(times) + (0 if bspan is None else bspan.lookback(times))
-
-
-def _windows(keep: tuple[bool, bool, bool]) -> list[Any]:
-    """A `WindowAggregate`'s memo entry: [the window's Running, the baseline's (made when first needed)]."""
-    return [Running(*keep), None]
 
 
 def _after(over: Span, baseline: Span) -> float | None:
@@ -585,9 +580,8 @@ class ZScore:
     def check(self, series: Series, i: int) -> bool:
         """True when the finite value's z-score crosses the threshold in `direction`."""
         memo = series.memo
-        hit = memo.get(self.memo.token) if memo is not None else None  # `_window`, inline: asked at every sample
-        window = hit[1] if hit is not None and hit[0] == series.generation else self._window(series)
-        return self._crosses(self._score(window, series, i))
+        window = memo.get(self.memo.token) if memo is not None else None  # `_window`, inline: asked at every sample
+        return self._crosses(self._score(window or self._window(series), series, i))
 
     def score(self, series: Series, i: int) -> float | None:
         """The z-score of the value at index `i`, or None where nothing is judged (a non-finite value, a
