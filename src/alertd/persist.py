@@ -3,7 +3,9 @@
 Stored in the outbox's database (`alertd.db` in the state directory) and written in the same transaction
 as the plans (`Outbox.commit_plan(..., also=store.writer(...))`): what was evaluated, what is due and how
 far each source has read are committed together, after every evaluation. Only what changed since the
-last commit is written (tracks are copied, never changed in place, so identity tells). A track is
+last commit is written: the pairs the evaluations said they changed (the engine's `dirty`, from each
+`EvalState.written`), and after a rule changed, each track that is not the object last written or is among
+those pairs (a steady track's new sample is noted on it in place, `in_place`). A track is
 restored only for a rule whose definition is unchanged (its config's fingerprint is stored with it).
 Restored tracks start at position 0 of the new, empty buffer; the sources resume from their cursors, so
 old data is not read again, a firing alert does not fire again, and a pending `for:` keeps its start time.

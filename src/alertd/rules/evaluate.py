@@ -64,8 +64,9 @@ def ends_with_run(key: SeriesKey) -> bool:
     return not key.metric.startswith(RUN_LIFE)
 
 
-Made = dict[PairKey, tuple[Track, Rule, Alert]]
-"""`EvalState.alerts`' alerts by pair, each with the track and rule it was made of."""
+Made = dict[PairKey, tuple[Track, Rule, Alert, int]]
+"""`EvalState.alerts`' alerts by pair, each with the track and rule it was made of, and the track's position then
+(a steady track is noted on in place: `_Run.quiet_ticks`)."""
 
 
 @dataclass
@@ -131,7 +132,8 @@ class EvalState:
         """The alerts that are pending or firing, in rule and label order (the cost follows their number).
 
         `memo` (the caller's, kept between calls): an alert whose track and rule are the ones it was made of is
-        taken from it, not made again (a track is replaced, never changed); it is left holding this call's. While
+        taken from it, not made again (a track is replaced when it changes, but for a new sample noted in place, which
+        moves its position: the position is checked too); it is left holding this call's. While
         the same pairs alert under the same `rules` (the same object), the last call's order is taken as well,
         not sorted again (an alert's place follows its rule and labels alone, which its pair and rule fix)."""
         by_name = {r.name: r for r in rules}
@@ -145,7 +147,7 @@ class EvalState:
                 continue
             if made is not None:
                 hit = made.get(pair)
-                if hit is not None and hit[0] is tr and hit[1] is rule:
+                if hit is not None and hit[0] is tr and hit[1] is rule and hit[3] == tr.position:
                     kept[pair] = hit
                     continue
             alert = Alert(
@@ -161,7 +163,7 @@ class EvalState:
                 annotations=tr.annotations,
                 notify=rule.notify,
             )
-            kept[pair] = (tr, rule, alert)
+            kept[pair] = (tr, rule, alert, tr.position)
         if memo is not None and memo.rules is rules:
             order = memo.order if kept.keys() == memo.order.keys() else _reordered(memo.order, kept)
         else:
@@ -218,8 +220,8 @@ class _Run:
         # True once the mapping is this evaluation's own to change (copied, or handed over: `in_place`)
         self._own_tracks = in_place and type(prev.tracks) is dict
         self._own_timers = in_place and type(prev.timers) is dict
-        # True when the previous state is handed over (`in_place`): its quiet tracks are nobody else's to keep, so a
-        # tick's note on one is made on it (`quiet_ticks`), not on a copy
+        # True when the previous state is handed over (`in_place`): its tracks are nobody else's to keep, so a tick's
+        # note on a steady one is made on it (`quiet_ticks`), not on a copy
         self._handed = self._own_tracks
         self._timed = {name for name, _ in prev.timers}
         """The rules with a timer (or that had one): a pair of any other rule has none, found with no hash of it."""
@@ -350,10 +352,10 @@ class _Run:
           ended, and the absence it times is due after `now`;
         - steadily firing: firing, the condition holding before and on the sample, its run not ended
           (`_firing_steady`: no time-based change is due, `next_event` is None; the pair stays among the active
-          ones). Its track is a new one (the alert made of the old one is kept by `EvalState.alerts`' memo).
-        A quiet track, the state handed over (`in_place`), is noted on in place: it is in no alert memo. The
-        condition, should it raise, is judged again by `track` (a condition is a function of the series, its
-        memo only a cache)."""
+          ones).
+        A steady track, the state handed over (`in_place`), is noted on in place (`EvalState.alerts`' memo tells a
+        firing one's alert made before the note by the position it was made at). The condition, should it raise, is
+        judged again by `track` (a condition is a function of the series, its memo only a cache)."""
         times, base, start = series.times, series.base, series.start
         i = len(times) - 1  # the newest sample's array index
         if i < start:
@@ -388,11 +390,10 @@ class _Run:
                 rest.append(rule)
                 continue
             streak = old.streak + 1 if holds else 0
-            firing = state is AlertState.FIRING
-            if not holds if firing else streak >= rule.consecutive:
+            if not holds if state is AlertState.FIRING else streak >= rule.consecutive:
                 rest.append(rule)  # a firing alert's condition stops, or a quiet one's starts
                 continue
-            tr = old if handed and not firing else old.copy()
+            tr = old if handed else old.copy()
             tr.value, tr.step, tr.time, tr.position = noted
             tr.last_time = tr.clock = t
             tr.streak = streak

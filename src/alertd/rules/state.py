@@ -21,7 +21,8 @@ Emit = Callable[["Track", TransitionKind, float], None]
 
 
 class Track:
-    """What the engine remembers about one (rule, series) pair. Copied, never shared, when changed."""
+    """What the engine remembers about one (rule, series) pair. Copied when changed, never shared; but a steady
+    pair's note of a new sample is made on the track itself when the previous state is handed over (`in_place`)."""
 
     __slots__ = (
         "active_at",
