@@ -125,6 +125,7 @@ class Series:
         "__weakref__",
         "base",
         "cuts",
+        "disorder",
         "generation",
         "key",
         "memo",
@@ -146,6 +147,10 @@ class Series:
         self.base = 0
         self.generation = 0
         self.cuts: list[tuple[int, int]] = []
+        self.disorder = -1
+        """The absolute position of the newest sample whose time is not at or after the time before it (-1: none):
+        the times are ascending from there on, so from `base` on where it is at or before `base` (what a window by time
+        found by steps from where it was needs, `rules/windows.py` `moved_start`)."""
         self.memo: dict[int, Any] | None = None
         """The windowed conditions' running state for this series (`rules/memo.py`), by condition: of the current
         generation (a cut drops it)."""
@@ -192,10 +197,22 @@ class Series:
         s = NO_STEP if step is None else step
         if s != NO_STEP and len(self.steps) > self.start and s < self.steps[-1] != NO_STEP:
             restart = self._cut(time, s)
+        n = len(self.times)
+        if n and not time >= self.times[-1]:  # back in time (or not a number)
+            self.disorder = self.base + n - self.start
         self.times.append(time)
         self.values.append(value)
         self.steps.append(s)
         return restart
+
+    def note_order(self, times: Any) -> None:
+        """Before `times` (a float64 numpy array) are added at the end: note where they go back in time (`disorder`)."""
+        back = np.flatnonzero(~(times[1:] >= times[:-1]))
+        n = len(self.times)
+        if len(back):
+            self.disorder = self.base + n - self.start + int(back[-1]) + 1
+        elif n and len(times) and not times[0] >= self.times[-1]:
+            self.disorder = self.base + n - self.start
 
     def _cut(self, time: float, step: int) -> Restart:
         last = self.steps[-1]
@@ -371,6 +388,7 @@ class SeriesBuffer:
                 assert series is not None  # the limits were checked above
                 self._note_writer(key, float(t[0]))
             touched[key] = series
+            series.note_order(t)
             series.times.frombytes(t.tobytes())
             series.values.frombytes(v.tobytes())
             series.steps.frombytes((steps if rows is None else steps[rows]).tobytes())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import itertools
 import random
+from bisect import bisect_left, bisect_right
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from core_helpers import INF, NAN, rule, samples, series, table
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alertd.buffer import BufferLimits, Series
+from alertd.buffer import BufferLimits, Series, SeriesBuffer
 from alertd.config import load_config
 from alertd.dryrun import Replay
 from alertd.errors import ConfigError
@@ -23,6 +24,7 @@ from alertd.model import Sample, SeriesKey
 from alertd.rules import RuleSet
 from alertd.rules.conditions import Span, Spike, WindowAggregate, ZScore
 from alertd.rules.plateau import Plateau
+from alertd.rules.windows import Running, moved_start
 
 
 def firing_times(r_text: str, values: list[float], limits: BufferLimits | None = None) -> list[tuple[float, str]]:
@@ -450,3 +452,46 @@ def _judged(cond: Any, s: Series, i: int) -> tuple[bool, float | None]:
     """What `cond` says of index `i`, and the number it judges (its measure, z-score, baseline; a plateau's check)."""
     number = getattr(cond, "measure", getattr(cond, "score", getattr(cond, "baseline", None)))
     return cond.check(s, i), None if number is None else number(s, i)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 6), min_size=1, max_size=40),
+    st.lists(st.integers(0, 40), min_size=0, max_size=3),
+    st.data(),
+)
+def test_a_window_by_time_starts_where_a_binary_search_finds_it(
+    gaps: list[int], backs: list[int], data: st.DataObject
+) -> None:
+    """`moved_start` (from where the window's running state starts) gives `bisect_right`/`bisect_left` over the same
+    times, whatever that state's start; the series' times may go back (its `disorder` then sends it to the search)."""
+    s = Series(SeriesKey("x"))
+    t = 0.0
+    for k, gap in enumerate(gaps):
+        t += gap
+        s.append(t - 50.0 if k in backs else t, k, 1.0)
+        t = t - 50.0 if k in backs else t
+    n = len(s.times)
+    lo = data.draw(st.integers(0, n - 1))
+    hi = data.draw(st.integers(lo, n))
+    cutoff = data.draw(st.integers(-60, int(max(s.times)) + 2)) + data.draw(st.sampled_from([0.0, 0.5]))
+    window = Running(True, False, False)
+    window.lo = data.draw(st.integers(-1, n + 1))
+    assert moved_start(s, cutoff, lo, hi, window) == bisect_right(s.times, cutoff, lo, hi)
+    assert moved_start(s, cutoff, lo, hi, window, right=False) == bisect_left(s.times, cutoff, lo, hi)
+
+
+def test_the_buffer_notes_where_times_go_back_sample_by_sample_and_in_bulk() -> None:
+    key = SeriesKey("x")
+    buf = SeriesBuffer(BufferLimits(max_samples=1000, max_age=1e9))
+    buf.append([Sample(key, float(t), t, 1.0) for t in range(100)])  # in bulk (_BULK_SMALL and more)
+    s = buf.get(key)
+    assert s is not None and s.disorder == -1
+    buf.append([Sample(key, 100.0 + t - (5 if t == 70 else 0), 100 + t, 1.0) for t in range(100)])
+    assert s.disorder == 170  # the sample that went back, its time below the one before
+    buf.append([Sample(key, 150.0, 200, 1.0)])  # one sample, back from 199
+    assert s.disorder == 200
+    buf.append([Sample(key, 150.0, 201, 1.0)])  # at the same time: not back
+    assert s.disorder == 200
+    buf.append([Sample(key, 149.0 + t, 202 + t, 1.0) for t in range(100)])  # in bulk, back at its first
+    assert s.disorder == 202

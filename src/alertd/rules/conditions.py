@@ -21,7 +21,7 @@ from alertd.rules.memo import Memo
 from alertd.rules.peers import Peers
 from alertd.rules.plateau import Plateau
 from alertd.rules.slide import SLIDE_MAX_WIDTH, range_max, sliding_medians
-from alertd.rules.windows import AGGREGATES, Running, Span, WindowAggregate, ZScore, seconds_lookback
+from alertd.rules.windows import AGGREGATES, Running, Span, WindowAggregate, ZScore, moved_start, seconds_lookback
 
 __all__ = [
     "AGGREGATES",
@@ -328,7 +328,7 @@ class Spike:
 
     def _baseline(self, window: Running, series: Series, i: int) -> float | None:
         if self.seconds is not None:
-            lo = bisect_left(series.times, series.times[i] - self.seconds, series.earliest(i), i)
+            lo = moved_start(series, series.times[i] - self.seconds, series.earliest(i), i, window, right=False)
         else:
             lo = max(series.start, i - (self.samples or 0))
         window.move(series, lo, i)

@@ -359,6 +359,33 @@ def _prefixed(kind: str, sums: list[int], counts: list[int], a: int, b: int, sca
     return total / (n << scale) if kind == "avg" else _div(total, 1 << scale)
 
 
+def moved_start(series: Series, cutoff: float, lo: int, hi: int, window: Running, right: bool = True) -> int:
+    """`bisect_right(series.times, cutoff, lo, hi)` (`bisect_left` when not `right`): where a window by time starts,
+    found from where `window` (its running state) starts now. A window that moved on by a sample or a few starts a
+    step or two later: those steps read times next to each other in memory, where a binary search's probes read
+    across the whole window, a cache miss each in a tick over thousands of series. Only over times known ascending
+    from `lo` on (`Series.disorder`), where the first index past the cutoff is the one a binary search finds."""
+    times = series.times
+    j = window.lo - series.base + series.start  # the window's start, as an array index
+    if (
+        series.disorder > series.base + lo - series.start
+        or j < lo
+        or j > hi
+        or (j > lo and not (times[j - 1] <= cutoff if right else times[j - 1] < cutoff))
+    ):
+        return bisect_right(times, cutoff, lo, hi) if right else bisect_left(times, cutoff, lo, hi)
+    stop = j + 8 if j + 8 < hi else hi
+    if right:
+        while j < stop and times[j] <= cutoff:
+            j += 1
+    else:
+        while j < stop and times[j] < cutoff:
+            j += 1
+    if j < stop or j == hi:
+        return j
+    return bisect_right(times, cutoff, j, hi) if right else bisect_left(times, cutoff, j, hi)
+
+
 def window_start(series: Series, i: int, span: Span, end: int) -> int | None:
     """The array index where the window of `span` that ends before index `end` starts (the window ends
     at the judged sample `i`'s time for a duration); None when a window of samples is not full yet."""
@@ -515,8 +542,7 @@ class WindowAggregate:
                 if lo < series.start:
                     return None
             else:
-                times = series.times
-                lo = bisect_right(times, times[i] - over.seconds, series.start, i + 1)  # type: ignore[operator]
+                lo = moved_start(series, series.times[i] - over.seconds, series.start, i + 1, recent)  # type: ignore[operator]
         else:
             bounds = self._bounds(series, i)
             if bounds is None:
