@@ -196,9 +196,11 @@ class Spike:
     def check(self, series: Series, i: int) -> bool:
         """True when the latest finite value is `ratio` times the (positive) baseline or beyond."""
         latest = series.values[i]
-        if not math.isfinite(latest):
+        if latest - latest != 0.0:  # NaN, ±Inf
             return False
-        return self._judge(latest, self._baseline(self._window(series), series, i))
+        memo = series.memo
+        window = memo.get(self.memo.token) if memo is not None else None  # `_window`, inline: asked at every sample
+        return self._judge(latest, self._baseline(window or self._window(series), series, i))
 
     def check_range(self, series: Series, lo: int, hi: int) -> list[int]:
         """`judge_range`: the window advanced sample by sample under one look at the memo; a long run under a

@@ -362,6 +362,7 @@ class _Run:
             return list(rules)
         seen = series.end - 1  # where a pair that has seen all but the newest sample stands
         key, generation, tracks, handed = series.key, series.generation, self.tracks, self._handed
+        firing_state, inactive, note, timed = AlertState.FIRING, AlertState.INACTIVE, self.written.add, self._timed
         rest: list[Rule] = []
         t, step = times[i], series.steps[i]
         noted = (series.values[i], None if step == NO_STEP else step, t, seen + 1)
@@ -372,11 +373,12 @@ class _Run:
                 rest.append(rule)
                 continue
             due, state = None, old.state
-            if state is AlertState.FIRING:
+            firing = state is firing_state
+            if firing:
                 if not self._firing_steady(rule, old, key):
                     rest.append(rule)
                     continue
-            elif state is not AlertState.INACTIVE or old.cond:
+            elif state is not inactive or old.cond:
                 rest.append(rule)
                 continue
             elif rule.absent is not None:
@@ -390,7 +392,7 @@ class _Run:
                 rest.append(rule)
                 continue
             streak = old.streak + 1 if holds else 0
-            if not holds if state is AlertState.FIRING else streak >= rule.consecutive:
+            if not holds if firing else streak >= rule.consecutive:
                 rest.append(rule)  # a firing alert's condition stops, or a quiet one's starts
                 continue
             tr = old if handed else old.copy()
@@ -399,8 +401,8 @@ class _Run:
             tr.streak = streak
             if tr is not old:
                 self._tracks_w()[pair] = tr
-            self.written.add(pair)
-            if due is not None or rule.name in self._timed:
+            note(pair)
+            if due is not None or rule.name in timed:
                 self._retime(pair, due)
         return rest
 
