@@ -124,6 +124,7 @@ class Series:
     __slots__ = (
         "__weakref__",
         "base",
+        "changed",
         "cuts",
         "disorder",
         "generation",
@@ -147,6 +148,8 @@ class Series:
         self.base = 0
         self.generation = 0
         self.cuts: list[tuple[int, int]] = []
+        self.changed = 0
+        """The buffer version of the append that last added to it (`SeriesBuffer.changed_since`)."""
         self.disorder = -1
         """The absolute position of the newest sample whose time is not at or after the time before it (-1: none):
         the times are ascending from there on, so from `base` on where it is at or before `base` (what a window by time
@@ -259,7 +262,8 @@ class SeriesBuffer:
         """Runs that were marked finished and series another process took over, each with the buffer version
         that saw it, oldest first (re-inserted on change): what `ended_since` walks back."""
         self.version = 0
-        self._changed: dict[SeriesKey, int] = {}
+        self._changed: dict[SeriesKey, Series] = {}
+        """Every series, least recently appended to first (re-inserted on change; its version in `Series.changed`)."""
         self._per_source: Counter[str] = Counter()
         self._counted = 0
         self.dropped: Counter[str] = Counter()
@@ -354,7 +358,8 @@ class SeriesBuffer:
         for key, series in touched.items():
             series.evict(self.limits, horizon)
             self._changed.pop(key, None)  # Re-insert: the dict stays ordered by last change.
-            self._changed[key] = self.version
+            self._changed[key] = series
+            series.changed = self.version
 
     def _append_bulk(self, samples: list[Sample], now: float | None, columns: Columns | None) -> bool | None:
         """`append` column-wise, where the batch allows it (see the module docstring): True when done,
@@ -507,10 +512,9 @@ class SeriesBuffer:
         with the time before which none will be, so the next new series do not look again before it."""
         found: list[SeriesKey] = []
         soonest = math.inf
-        for key in self._changed:  # least recently appended to first
+        for key, series in self._changed.items():  # least recently appended to first
             if key.metric.startswith("alertd.") or (scope is not None and (key.label("source") or "") != scope):
                 continue
-            series = self._series[key]
             last = series.last_time()
             if last is not None and last > horizon - IDLE_EVICTABLE:
                 soonest = min(soonest, last + IDLE_EVICTABLE)
@@ -651,11 +655,10 @@ class SeriesBuffer:
     def changed_since(self, version: int) -> list[Series]:
         """The series appended to after buffer version `version`, most recently changed first."""
         out = []
-        series = self._series
-        for key, changed in reversed(self._changed.items()):  # no look-up of each key's version: no hash
-            if changed <= version:
+        for series in reversed(self._changed.values()):  # no look-up of each key: no hash
+            if series.changed <= version:
                 break
-            out.append(series[key])
+            out.append(series)
         return out
 
     def evict_all(self, now: float) -> None:

@@ -140,10 +140,17 @@ def append_all(batches: list[list[Sample]], limits: BufferLimits) -> tuple[Serie
 
 def buffer_state(buf: SeriesBuffer) -> list[Any]:
     series = [
-        (s.key, s.times[s.start :].tobytes(), s.values[s.start :].tobytes(), s.steps[s.start :].tobytes(), s.base)
+        (
+            s.key,
+            s.times[s.start :].tobytes(),
+            s.values[s.start :].tobytes(),
+            s.steps[s.start :].tobytes(),
+            s.base,
+            s.disorder,
+        )
         for s in buf
     ]
-    changed = [(s.key, buf._changed[s.key]) for s in buf.changed_since(0)]
+    changed = [(s.key, s.changed) for s in buf.changed_since(0)]
     cuts = [(s.generation, tuple(s.cuts)) for s in buf]
     return [series, cuts, changed, buf.version, dict(buf._finished), dict(buf._superseded), dict(buf.dropped)]
 
@@ -174,6 +181,31 @@ def test_small_batches_column_wise_are_appended_as_sample_by_sample(spec, cuts, 
         fast_paths(mp)
         fast, fast_restarts = append_all(batches, limits)
     assert fast_restarts == slow_restarts
+    assert buffer_state(fast) == buffer_state(slow)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    moves=st.lists(st.tuples(st.integers(0, 1), st.integers(-5, 20)), min_size=1, max_size=300),
+    cuts=st.lists(st.integers(0, 300), max_size=3),
+)
+def test_column_wise_batches_note_where_times_go_back_as_sample_by_sample(moves, cuts) -> None:  # type: ignore[no-untyped-def]
+    """Every step present (so large batches go column-wise), times now and then going back: each series notes the
+    newest place its times went back (`Series.disorder`) as the loop does."""
+    keys = [key("loss"), key("lr")]
+    t, data = 0.0, []
+    for i, (which, dt) in enumerate(moves):
+        t += dt
+        data.append(Sample(keys[which], t, i, 1.0))
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    batches = [data[a:b] for a, b in itertools.pairwise(points)]
+    limits = BufferLimits(max_samples=1024, max_age=1e9)
+    with pytest.MonkeyPatch.context() as mp:
+        slow_paths(mp)
+        slow, _ = append_all(batches, limits)
+    with pytest.MonkeyPatch.context() as mp:
+        fast_paths(mp)
+        fast, _ = append_all(batches, limits)
     assert buffer_state(fast) == buffer_state(slow)
 
 
