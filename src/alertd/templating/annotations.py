@@ -56,6 +56,10 @@ class Template:
     def __repr__(self) -> str:
         return f"Template({self.source!r})"
 
+    def reads(self, name: str) -> bool:
+        """Whether the template reads the data name `name` (a costly one is made only for the templates that do)."""
+        return name in self._compiled.reads
+
     def render(self, values: Mapping[str, object], labels: Mapping[str, str]) -> tuple[str, str | None]:
         """Return the text and, if a label was missing or the template failed, a message saying why."""
         missing: list[str] = []

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jinja2 import TemplateSyntaxError
+from jinja2 import TemplateSyntaxError, meta
 from jinja2.environment import Template
 from jinja2.exceptions import SecurityError, TemplateError
 
@@ -26,6 +26,8 @@ class Compiled:
     template: Template
     names: Mapping[str, Any]
     """The environment's globals as one plain dict (Jinja's own ChainMap costs more per render)."""
+    reads: frozenset[str]
+    """The names the template reads (data names and globals): a caller may leave out a costly one it does not."""
 
     def render(self, data: Mapping[str, Any]) -> str:
         """The text for `data` (cut at MAX_OUTPUT), or RenderError saying why not."""
@@ -68,4 +70,4 @@ def _compile(source: str, names: Iterable[str], hints: Mapping[str, str]) -> Com
         template = ENV.from_string(tree)
     except TemplateSyntaxError as e:  # the compiler's own checks (an assignment to a reserved name...)
         raise CheckError(syntax_message(e, source)) from None
-    return Compiled(source, template, dict(template.globals))
+    return Compiled(source, template, dict(template.globals), frozenset(meta.find_undeclared_variables(tree)))
