@@ -71,7 +71,7 @@ def test_a_cursor_of_many_files_is_written_file_by_file_and_read_back_whole() ->
 @settings(max_examples=60, deadline=None)
 @given(spec=stream, commits=st.lists(st.booleans(), min_size=8), changed=st.integers(0, 60))
 def test_the_service_ticks_and_a_changed_rule_keep_the_store_equal_to_the_state(spec, commits, changed) -> None:  # type: ignore[no-untyped-def]
-    """One sample per evaluation, the state handed over (`in_place`: a quiet track is noted on in place, the same
+    """One sample per evaluation, the state handed over (`in_place`: a steady track is noted on in place, the same
     object), and one rule's definition changed midway (its fingerprint: the commit then compares every track):
     the store still ends up holding every track as it is."""
     ruleset, buffer = RuleSet(RULES), SeriesBuffer(BufferLimits(max_samples=64, max_age=1e6))

@@ -51,7 +51,18 @@ def _batch(draw: Any) -> list[Sample]:
 
 def _state(buf: SeriesBuffer) -> Any:
     series = [
-        (s.key, s.times.tobytes(), s.values.tobytes(), s.steps.tobytes(), s.start, s.base, s.generation, s.cuts)
+        (
+            s.key,
+            s.times.tobytes(),
+            s.values.tobytes(),
+            s.steps.tobytes(),
+            s.start,
+            s.base,
+            s.generation,
+            s.cuts,
+            s.changed,
+            s.disorder,
+        )
         for s in buf
     ]
     return (
@@ -60,7 +71,7 @@ def _state(buf: SeriesBuffer) -> Any:
         buf._lineage,
         buf._superseded,
         buf.version,
-        list(buf._changed.items()),
+        [(key, s.key) for key, s in buf._changed.items()],
         buf._per_source,
         buf._counted,
         buf.dropped,
