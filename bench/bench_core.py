@@ -9,10 +9,10 @@ series, to show that the cost follows the new samples and not the history. Its a
 ten conditions computed column-wise on the tick's new samples (the new values gathered from the buffer into one
 array, each rule's comparison on its series' slice, the spike baselines as medians over each series' last 50
 values and the throughput one over its last 300, a row per series, the rising test against the previous value):
-what any engine must do at least. Beside the median tick, the slowest of the 15: the values cycle over 7 steps, so the
-2,000 `val_metric_rising` pairs fire together every seventh tick and resolve together on another (2,000 transitions,
-their summaries rendered), and a full pass of the collector may fall on any tick (this process, unlike the service,
-freezes nothing out of it).
+what any engine must do at least. Beside the median tick, the slowest after the first (which builds the windows'
+running state): the values cycle over 7 steps, so the 2,000 `val_metric_rising` pairs fire together every seventh
+tick and resolve together on another (2,000 transitions, their summaries rendered), and a full pass of the collector
+may fall on any tick (this process, unlike the service, freezes nothing out of it).
 
 Windows: the same 10,000 series and ticks under five windowed rules (avg over 20 samples, a zscore over 100,
 a quantile over 100, a plateau, an avg over 5m; each on one metric, so 5,000 pairs), beside five threshold
@@ -155,8 +155,9 @@ def numpy_floor(history: int) -> float:
 
 
 def tick_cost(history: int, ruleset: RuleSet | None = None) -> tuple[float, float, float, float]:
-    """Milliseconds: the median tick with one new sample per series and its slowest (of 15), the median tick with
-    none; and the rule-series pairs."""
+    """Milliseconds: the median tick (of 15) with one new sample per series, the slowest but the first (which builds
+    the windows' running state, as the service's first after its start-up read), the median tick with none; and the
+    rule-series pairs."""
     ruleset = ruleset or classic_rules()
     series, buf = filled(history)
     state = evaluate(ruleset, buf, float(history - 1)).state
@@ -171,7 +172,7 @@ def tick_cost(history: int, ruleset: RuleSet | None = None) -> tuple[float, floa
         state = evaluate(ruleset, buf, t + 0.5, state, in_place=True).state
         idle.append(time.perf_counter() - start)
     pairs = sum(len(ruleset.for_series(k)) for k in series)
-    return statistics.median(times) * 1000, max(times) * 1000, statistics.median(idle) * 1000, pairs
+    return statistics.median(times) * 1000, max(times[1:]) * 1000, statistics.median(idle) * 1000, pairs
 
 
 def window_tick_cost(history: int) -> tuple[float, float, float, int]:
@@ -205,8 +206,8 @@ def main() -> None:
             f"evaluation tick: {busy:.1f} ms for 10000 series x 10 rules, one new sample per series "
             f"({pairs} rule-series pairs, {history} samples of history; target <= 100 ms, goal <= 10 ms); "
             f"tick without new samples: {idle:.1f} ms; the numpy floor of the same conditions {floor:.2f} ms "
-            f"({busy / floor:.0f}x); the slowest of the 15 ticks {slowest:.0f} ms (the ticks where the 2,000 rising "
-            f"pairs fire or resolve together)"
+            f"({busy / floor:.0f}x); the slowest tick after the first {slowest:.0f} ms (the 2,000 rising pairs fire or "
+            f"resolve together every few ticks)"
         )
     for history in (300, 1000):
         windowed, threshold, ratio, pairs = window_tick_cost(history)

@@ -137,6 +137,14 @@ class Running:
                 self.squares += x_new * x_new - x_out * x_out
             return
         ordered = self.ordered  # `_order` of the two
+        if out - out == 0.0 and new - new == 0.0 and ordered is not None:  # two finite values: the count stays
+            j = bisect_left(ordered, out)
+            del ordered[j]
+            if new > out:  # it goes at or after where `out` was
+                insort(ordered, new, j)
+            else:
+                insort(ordered, new, 0, j)
+            return
         if out - out == 0.0:
             self.count -= 1
             if ordered is not None:
