@@ -171,17 +171,25 @@ def test_small_batches_column_wise_are_appended_as_sample_by_sample(spec, cuts, 
         if ds is not None:
             steps[which] = max(0, steps[which] + ds)
         data.append(Sample(keys[which], t, None if ds is None else steps[which], value))
-    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
-    batches = [data[a:b] for a, b in itertools.pairwise(points)]
-    limits = BufferLimits(max_samples=max_samples, max_age=60.0, max_series=3)
-    with pytest.MonkeyPatch.context() as mp:
-        slow_paths(mp)
-        slow, slow_restarts = append_all(batches, limits)
-    with pytest.MonkeyPatch.context() as mp:
-        fast_paths(mp)
-        fast, fast_restarts = append_all(batches, limits)
+    (fast, fast_restarts), (slow, slow_restarts) = both_ways(
+        data, cuts, BufferLimits(max_samples=max_samples, max_age=60.0, max_series=3)
+    )
     assert fast_restarts == slow_restarts
     assert buffer_state(fast) == buffer_state(slow)
+
+
+def both_ways(data: list[Sample], cuts: list[int], limits: BufferLimits) -> tuple[Any, Any]:
+    """`data` cut into batches at `cuts` and appended column-wise where it can be, then sample by sample: each
+    buffer with its restarts (`append_all`)."""
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    batches = [data[a:b] for a, b in itertools.pairwise(points)]
+    with pytest.MonkeyPatch.context() as mp:
+        fast_paths(mp)
+        fast = append_all(batches, limits)
+    with pytest.MonkeyPatch.context() as mp:
+        slow_paths(mp)
+        slow = append_all(batches, limits)
+    return fast, slow
 
 
 @settings(max_examples=100, deadline=None)
@@ -197,15 +205,7 @@ def test_column_wise_batches_note_where_times_go_back_as_sample_by_sample(moves,
     for i, (which, dt) in enumerate(moves):
         t += dt
         data.append(Sample(keys[which], t, i, 1.0))
-    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
-    batches = [data[a:b] for a, b in itertools.pairwise(points)]
-    limits = BufferLimits(max_samples=1024, max_age=1e9)
-    with pytest.MonkeyPatch.context() as mp:
-        slow_paths(mp)
-        slow, _ = append_all(batches, limits)
-    with pytest.MonkeyPatch.context() as mp:
-        fast_paths(mp)
-        fast, _ = append_all(batches, limits)
+    (fast, _), (slow, _) = both_ways(data, cuts, BufferLimits(max_samples=1024, max_age=1e9))
     assert buffer_state(fast) == buffer_state(slow)
 
 
