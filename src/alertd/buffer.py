@@ -200,9 +200,8 @@ class Series:
         s = NO_STEP if step is None else step
         if s != NO_STEP and len(self.steps) > self.start and s < self.steps[-1] != NO_STEP:
             restart = self._cut(time, s)
-        n = len(self.times)
-        if n and not time >= self.times[-1]:  # back in time (or not a number)
-            self.disorder = self.base + n - self.start
+        if len(self.times) and not time >= self.times[-1]:  # back in time (or not a number)
+            self.disorder = self.end
         self.times.append(time)
         self.values.append(value)
         self.steps.append(s)
@@ -211,11 +210,10 @@ class Series:
     def note_order(self, times: Any) -> None:
         """Before `times` (a float64 numpy array) are added at the end: note where they go back in time (`disorder`)."""
         back = np.flatnonzero(~(times[1:] >= times[:-1]))
-        n = len(self.times)
         if len(back):
-            self.disorder = self.base + n - self.start + int(back[-1]) + 1
-        elif n and len(times) and not times[0] >= self.times[-1]:
-            self.disorder = self.base + n - self.start
+            self.disorder = self.end + int(back[-1]) + 1
+        elif len(self.times) and len(times) and not times[0] >= self.times[-1]:
+            self.disorder = self.end
 
     def _cut(self, time: float, step: int) -> Restart:
         last = self.steps[-1]

@@ -374,7 +374,7 @@ def moved_start(series: Series, cutoff: float, lo: int, hi: int, window: Running
     across the whole window, a cache miss each in a tick over thousands of series. Only over times known ascending
     from `lo` on (`Series.disorder`), where the first index past the cutoff is the one a binary search finds."""
     times = series.times
-    j = window.lo - series.base + series.start  # the window's start, as an array index
+    j = window.lo - series.base + series.start  # the window's start, as an array index (`Series.index`, inline)
     if (
         series.disorder > series.base + lo - series.start
         or j < lo
