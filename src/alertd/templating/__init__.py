@@ -5,6 +5,8 @@ Pure, like the core it belongs to: no I/O, no clock reads. What uses it:
 - `annotations`: the rules' annotation templates (`parse_template`, `Template`);
 - `notifications`: the notifiers' templates over a notification's data (Alertmanager's names);
 - `compiled`: `compile_template` checks and compiles any template, `Compiled.render` renders it;
+- `direct`: a template of text, names, `labels.NAME` and `{% if %}` on them (most annotations) rendered without
+  Jinja's runtime, printing what Jinja prints;
 - `errors`: `CheckError` (refused at load) and `RenderError` (failed while rendering);
 - `labels`: labels as a template sees them (`LabelView`, a missing one printing `MISSING`).
 

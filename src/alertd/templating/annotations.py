@@ -79,6 +79,6 @@ class Template:
 def parse_template(source: str) -> Template:
     """Check and compile `source` (once per distinct text), or raise TemplateError naming the place."""
     try:
-        return Template(source, compile_template(source, ALL_NAMES, hints=HINTS))
+        return Template(source, compile_template(source, ALL_NAMES, hints=HINTS, all_given=True))
     except CheckError as e:
         raise TemplateError(str(e)) from None
