@@ -135,6 +135,7 @@ class Series:
         "steps",
         "times",
         "values",
+        "watch",
     )
 
     def __init__(self, key: SeriesKey, reach: int = 1 << 62) -> None:
@@ -157,6 +158,9 @@ class Series:
         self.memo: dict[int, Any] | None = None
         """The windowed conditions' running state for this series (`rules/memo.py`), by condition: of the current
         generation (a cut drops it)."""
+        self.watch: Any = None
+        """The rules that watch this series under the rule set that last looked (`rules/evaluate.py` `RuleSet.watch`):
+        a cache, found with no hash of the key."""
 
     def __len__(self) -> int:
         return len(self.times) - self.start

@@ -18,6 +18,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from alertd.buffer import NO_STEP, Series, SeriesBuffer
 from alertd.model import (
@@ -200,6 +201,27 @@ class RuleSet:
             hit = self._memo[key] = tuple(r for r in self.rules if r.watches(key))
         return hit
 
+    def watch(self, series: Series) -> Watch:
+        """The rules that watch `series` and their pairs (`Watch`), kept on the series for the next tick (its
+        `watch`: no hash of its key, and gone with it)."""
+        hit: Watch | None = series.watch
+        if hit is None or hit.ruleset is not self:
+            rules = self.for_series(series.key)
+            pairs = tuple((r, (r.name, series.key)) for r in rules if r.expr is None and r.peers is None)
+            hit = series.watch = Watch(self, rules, pairs, len(pairs) == len(rules))
+        return hit
+
+
+class Watch(NamedTuple):
+    """The rules of one rule set that watch one series (`RuleSet.watch`)."""
+
+    ruleset: RuleSet
+    rules: tuple[Rule, ...]
+    pairs: tuple[tuple[Rule, PairKey], ...]
+    """The rules stepped series by series (all but `expr` and `peers` rules), each with its pair."""
+    plain: bool
+    """Whether every rule is among `pairs`."""
+
 
 def alert_labels(rule: Rule, key: SeriesKey) -> Labels:
     """An alert's labels: the series' labels, `metric`, then the rule's own labels."""
@@ -340,9 +362,9 @@ class _Run:
         self._settle(rule, pair, tr, finished_at, now)
         return stirred or not quiet
 
-    def quiet_ticks(self, rules: Sequence[Rule], series: Series, now: float) -> list[Rule]:
-        """The service's tick on the steady pairs of one series, all its rules at once; return the rules left for
-        `track`'s whole way.
+    def quiet_ticks(self, watch: Watch, series: Series, now: float) -> list[Rule]:
+        """The service's tick on the steady pairs of one series, all its rules at once (`watch`); return the rules
+        left for `track`'s whole way (and the `expr` and `peers` rules, judged per run and per group).
 
         When one sample is new, `track` would, for a pair whose alert is steady, note the sample as the last seen,
         count it in the streak, for an `absent` rule time the absence from it, and change nothing else: done here
@@ -359,16 +381,15 @@ class _Run:
         times, base, start = series.times, series.base, series.start
         i = len(times) - 1  # the newest sample's array index
         if i < start:
-            return list(rules)
-        seen = series.end - 1  # where a pair that has seen all but the newest sample stands
+            return list(watch.rules)
+        seen = base + i - start  # where a pair that has seen all but the newest sample stands (`Series.end` - 1)
         key, generation, tracks, handed = series.key, series.generation, self.tracks, self._handed
         firing_state, inactive, note, timed = AlertState.FIRING, AlertState.INACTIVE, self.written.add, self._timed
-        rest: list[Rule] = []
+        rest = [] if watch.plain else [r for r in watch.rules if r.expr is not None or r.peers is not None]
         t, step = times[i], series.steps[i]
         noted = (series.values[i], None if step == NO_STEP else step, t, seen + 1)
-        for rule in rules:
-            pair = (rule.name, key)
-            old = None if rule.expr is not None or rule.peers is not None else tracks.get(pair)
+        for rule, pair in watch.pairs:
+            old = tracks.get(pair)
             if old is None or old.generation != generation or (old.position if old.position > base else base) != seen:
                 rest.append(rule)
                 continue
@@ -697,8 +718,10 @@ def _new_samples(run: _Run, now: float) -> set[PairKey]:
     runs: dict[JoinKey, set[str]] = {}
     groups: dict[GroupKey, set[SeriesKey]] = {}
     for series in run.buffer.changed_since(run.prev.version):
-        rules = ruleset.for_series(series.key)
-        for rule in run.quiet_ticks(rules, series, now) if rules else ():
+        watch = series.watch
+        if watch is None or watch.ruleset is not ruleset:
+            watch = ruleset.watch(series)
+        for rule in run.quiet_ticks(watch, series, now) if watch.rules else ():
             if exprs and rule.expr is not None:
                 runs.setdefault((rule.name, series.key.labels), set()).add(series.key.metric)
                 continue
