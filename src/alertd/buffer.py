@@ -159,8 +159,8 @@ class Series:
         """The windowed conditions' running state for this series (`rules/memo.py`), by condition: of the current
         generation (a cut drops it)."""
         self.watch: Any = None
-        """The rules that watch this series under the rule set that last looked (`rules/evaluate.py` `RuleSet.watch`):
-        a cache, found with no hash of the key."""
+        """The rules that watch this series, by rule set (the last few that looked: `rules/evaluate.py`
+        `RuleSet.watch`): a cache, found with no hash of the key."""
 
     def __len__(self) -> int:
         return len(self.times) - self.start

@@ -203,19 +203,27 @@ class RuleSet:
 
     def watch(self, series: Series) -> Watch:
         """The rules that watch `series` and their pairs (`Watch`), kept on the series for the next tick (its
-        `watch`: no hash of its key, and gone with it)."""
-        hit: Watch | None = series.watch
-        if hit is None or hit.ruleset is not self:
+        `watch`, by rule set: no hash of its key, and gone with it; the last few rule sets that looked)."""
+        kept: dict[RuleSet, Watch] | None = series.watch
+        if kept is None:
+            kept = series.watch = {}
+        hit = kept.get(self)
+        if hit is None:
+            if len(kept) >= WATCHES_KEPT:
+                kept.clear()
             rules = self.for_series(series.key)
             pairs = tuple((r, (r.name, series.key)) for r in rules if r.expr is None and r.peers is None)
-            hit = series.watch = Watch(self, rules, pairs, len(pairs) == len(rules))
+            hit = kept[self] = Watch(rules, pairs, len(pairs) == len(rules))
         return hit
+
+
+WATCHES_KEPT = 4
+"""The rule sets a series keeps its `Watch` for (the service's one, a reload's next, a bench's two in turns)."""
 
 
 class Watch(NamedTuple):
     """The rules of one rule set that watch one series (`RuleSet.watch`)."""
 
-    ruleset: RuleSet
     rules: tuple[Rule, ...]
     pairs: tuple[tuple[Rule, PairKey], ...]
     """The rules stepped series by series (all but `expr` and `peers` rules), each with its pair."""
@@ -718,8 +726,9 @@ def _new_samples(run: _Run, now: float) -> set[PairKey]:
     runs: dict[JoinKey, set[str]] = {}
     groups: dict[GroupKey, set[SeriesKey]] = {}
     for series in run.buffer.changed_since(run.prev.version):
-        watch = series.watch
-        if watch is None or watch.ruleset is not ruleset:
+        kept = series.watch
+        watch = kept.get(ruleset) if kept is not None else None
+        if watch is None:
             watch = ruleset.watch(series)
         for rule in run.quiet_ticks(watch, series, now) if watch.rules else ():
             if exprs and rule.expr is not None:
