@@ -71,3 +71,109 @@ def test_out_of_order_steps_and_a_restart_give_the_from_scratch_baseline() -> No
         assert s is not None
         i = len(s.times) - 1
         assert _same(spike.baseline(s, i), spike_baseline(s.times, s.values, s.start, i, 4, None, "median", 1))
+
+
+calm = st.floats(0.5, 4.0)  # a training's everyday values: most samples nowhere near a spike
+odd = st.sampled_from([NAN, INF, -INF, 0.0, -1.0, 9.0, 1e300])
+arriving_st = st.lists(st.one_of(calm, calm, calm, odd), max_size=90)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=arriving_st,
+    gaps=st.lists(st.integers(-4, 12), min_size=1, max_size=5),
+    samples=st.one_of(st.none(), st.integers(1, 60)),
+    seconds=st.sampled_from([5.0, 30.0, 300.0]),
+    direction=st.sampled_from(["up", "down"]),
+    ratio=st.sampled_from([2.0, 1.3, 0.5, 0.8]),
+    need=st.integers(1, 6),
+    keep=st.integers(3, 100),
+)
+def test_a_spike_judged_as_samples_arrive_is_the_verdict_over_the_from_scratch_median(
+    values, gaps, samples, seconds, direction, ratio, need, keep
+) -> None:  # type: ignore[no-untyped-def]
+    """`check` as the service asks it (each sample as it arrives, the buffer trimming old ones, times sometimes going
+    back), where the window need not move for a sample the values judged since settle, and then in any order."""
+    secs = None if samples is not None else seconds
+    spike = Spike(ratio, direction, samples, secs, "median", need)  # type: ignore[arg-type]
+    buf = SeriesBuffer(BufferLimits(max_samples=keep, max_age=1e9))
+    key = SeriesKey("loss", ())
+
+    def want(s, i):  # type: ignore[no-untyped-def]
+        base = spike_baseline(s.times, s.values, s.start, i, samples, secs, "median", need)
+        latest = s.values[i]
+        if not math.isfinite(latest) or base is None or base <= 0:
+            return False
+        return latest / base >= ratio if direction == "up" else latest / base <= ratio
+
+    t = 0.0
+    for n, v in enumerate(values):
+        t += gaps[n % len(gaps)]
+        buf.append([Sample(key, t, n, v)])
+        s = buf.get(key)
+        assert s is not None
+        i = len(s.times) - 1
+        assert spike.check(s, i) == want(s, i), (i, s.values[i])
+    if values:
+        order = list(range(s.start, len(s.times)))
+        random.Random(len(values)).shuffle(order)
+        for i in order:
+            assert spike.check(s, i) == want(s, i), (i, s.values[i])
+
+
+def test_calm_samples_are_judged_without_moving_the_median_and_a_spike_still_fires() -> None:
+    """A steady series: each sample settled by the extremes of the window and the samples since (the window stays
+    where it was), up to `SETTLE_MAX` samples behind; a spike is judged on the median, moved to it."""
+    from alertd.rules.conditions import SETTLE_MAX
+
+    spike = Spike(2.0, "up", 20, None, "median", 5)
+    buf = SeriesBuffer(BufferLimits(max_samples=500, max_age=1e9))
+    key = SeriesKey("loss", ())
+    his = []
+    for n in range(200):
+        buf.append([Sample(key, float(n), n, 1.0 + (n % 7) * 0.01)])
+        s = buf.get(key)
+        assert s is not None
+        assert not spike.check(s, len(s.times) - 1)
+        his.append(spike._window(s).hi)
+    assert len(set(his)) <= 200 // SETTLE_MAX + 3  # moved at the start and once every SETTLE_MAX samples or so
+    buf.append([Sample(key, 200.0, 200, 2.5)])
+    assert spike.check(s, len(s.times) - 1)  # 2.5 over a median of about 1.03
+    assert spike._window(s).hi == s.end - 1
+
+
+def test_a_window_by_seconds_whose_times_went_back_moves_to_judge() -> None:
+    """Times that go back can start a window by seconds before where the last one started: the small values there
+    make a spike of what the window's extremes would call calm."""
+    spike = Spike(2.0, "up", None, 10.0, "median", 1)
+    buf = SeriesBuffer(BufferLimits(max_samples=100, max_age=1e9))
+    key = SeriesKey("loss", ())
+    arriving = [(float(t), 0.1) for t in range(7)] + [(float(t), 1.0) for t in range(20, 26)] + [(8.0, 1.0)]
+    verdicts = []
+    for n, (t, v) in enumerate(arriving):
+        buf.append([Sample(key, t, n, v)])
+        s = buf.get(key)
+        assert s is not None
+        i = len(s.times) - 1
+        verdicts.append(spike.check(s, i))
+        base = spike_baseline(s.times, s.values, s.start, i, None, 10.0, "median", 1)
+        assert verdicts[-1] == (base is not None and v / base >= 2.0)
+    assert verdicts[-1]  # 1.0 over the median of seven 0.1s and six 1.0s
+
+
+def test_samples_judged_far_apart_after_the_buffer_let_the_ones_between_go() -> None:
+    """`check` asked again only after the buffer dropped (and compacted away) samples since it was last asked: the
+    window moves, and the small values that came meanwhile make the spike."""
+    spike = Spike(2.0, "up", 20, None, "median", 1)
+    buf = SeriesBuffer(BufferLimits(max_samples=40, max_age=1e9))
+    key = SeriesKey("loss", ())
+    for n in range(253):
+        buf.append([Sample(key, float(n), n, 3.0 if n == 240 else 1.0)])
+        s = buf.get(key)
+        assert s is not None
+        assert spike.check(s, len(s.times) - 1) == (n == 240)
+    for n in range(253, 301):  # the arrays compacted on the way
+        buf.append([Sample(key, float(n), n, 0.3 if n < 296 else 1.0)])
+    i = len(s.times) - 1
+    base = spike_baseline(s.times, s.values, s.start, i, 20, None, "median", 1)
+    assert base == 0.3 and spike.check(s, i)

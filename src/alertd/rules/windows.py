@@ -85,7 +85,10 @@ class Running:
     from that copy, so the window moves on even after the buffer evicted the values leaving it (a window as
     long as the buffer's history, as a spike's over 5 minutes of a fast series, is never rebuilt for it)."""
 
-    __slots__ = ("before", "count", "head", "hi", "kept", "lo", "ordered", "scale", "squares", "sums", "total")
+    __slots__ = (
+        *("before", "count", "head", "hi", "kept", "lo", "ordered", "scale", "squares", "sums", "total"),
+        *("high", "low", "pend", "pfrom"),
+    )
 
     def __init__(self, sums: bool, squares: bool, ordered: bool) -> None:
         self.lo = self.hi = -1
@@ -98,6 +101,10 @@ class Running:
             self.squares = -1  # not kept
         self.before: Running | None = None
         """A baseline's window, just before this one (`WindowAggregate` with a baseline: made when first needed)."""
+        self.pfrom = self.pend = -2
+        self.low, self.high = math.inf, -math.inf
+        """The least and greatest finite values at the positions [pfrom, pend) (`Spike`'s samples judged since its
+        window last moved, `pfrom` its `hi` then: another `hi`, and they say nothing)."""
 
     def move(self, series: Series, lo: int, hi: int) -> None:
         """Make this the window of array indices [lo, hi) of `series` (advanced when that is cheaper than
