@@ -96,8 +96,6 @@ def test_a_spike_judged_as_samples_arrive_is_the_verdict_over_the_from_scratch_m
     back), where the window need not move for a sample the values judged since settle, and then in any order."""
     secs = None if samples is not None else seconds
     spike = Spike(ratio, direction, samples, secs, "median", need)  # type: ignore[arg-type]
-    buf = SeriesBuffer(BufferLimits(max_samples=keep, max_age=1e9))
-    key = SeriesKey("loss", ())
 
     def want(s, i):  # type: ignore[no-untyped-def]
         base = spike_baseline(s.times, s.values, s.start, i, samples, secs, "median", need)
@@ -106,13 +104,7 @@ def test_a_spike_judged_as_samples_arrive_is_the_verdict_over_the_from_scratch_m
             return False
         return latest / base >= ratio if direction == "up" else latest / base <= ratio
 
-    t = 0.0
-    for n, v in enumerate(values):
-        t += gaps[n % len(gaps)]
-        buf.append([Sample(key, t, n, v)])
-        s = buf.get(key)
-        assert s is not None
-        i = len(s.times) - 1
+    for s, i in fill(values, gaps, BufferLimits(max_samples=keep, max_age=1e9)):  # gaps below 0: times go back
         assert spike.check(s, i) == want(s, i), (i, s.values[i])
     if values:
         order = list(range(s.start, len(s.times)))
