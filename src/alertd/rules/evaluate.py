@@ -32,7 +32,7 @@ from alertd.model import (
     format_time,
     value_text,
 )
-from alertd.rules.conditions import judge_range
+from alertd.rules.conditions import Absent, judge_range
 from alertd.rules.expr import Expr
 from alertd.rules.expr_join import (
     MAX_STEP,
@@ -212,7 +212,11 @@ class RuleSet:
             if len(kept) >= WATCHES_KEPT:
                 kept.clear()
             rules = self.for_series(series.key)
-            pairs = tuple((r, (r.name, series.key)) for r in rules if r.expr is None and r.peers is None)
+            pairs = tuple(
+                (r, (r.name, series.key), r.condition.check, r.absent, r.consecutive)
+                for r in rules
+                if r.expr is None and r.peers is None
+            )
             hit = kept[self] = Watch(rules, pairs, len(pairs) == len(rules))
         return hit
 
@@ -225,8 +229,9 @@ class Watch(NamedTuple):
     """The rules of one rule set that watch one series (`RuleSet.watch`)."""
 
     rules: tuple[Rule, ...]
-    pairs: tuple[tuple[Rule, PairKey], ...]
-    """The rules stepped series by series (all but `expr` and `peers` rules), each with its pair."""
+    pairs: tuple[tuple[Rule, PairKey, Callable[[Series, int], bool], Absent | None, int], ...]
+    """The rules stepped series by series (all but `expr` and `peers` rules), each with its pair, its condition's
+    `check`, its `absent` and its `consecutive` (read at every tick)."""
     plain: bool
     """Whether every rule is among `pairs`."""
 
@@ -396,7 +401,7 @@ class _Run:
         rest = [] if watch.plain else [r for r in watch.rules if r.expr is not None or r.peers is not None]
         t, step = times[i], series.steps[i]
         noted = (series.values[i], None if step == NO_STEP else step, t, seen + 1)
-        for rule, pair in watch.pairs:
+        for rule, pair, check, absent, need in watch.pairs:
             old = tracks.get(pair)
             if old is None or old.generation != generation or (old.position if old.position > base else base) != seen:
                 rest.append(rule)
@@ -410,18 +415,18 @@ class _Run:
             elif state is not inactive or old.cond:
                 rest.append(rule)
                 continue
-            elif rule.absent is not None:
-                due = self._absence_timed(rule, rule.absent.seconds, old, key, t, now)
+            elif absent is not None:
+                due = self._absence_timed(rule, absent.seconds, old, key, t, now)
                 if due is None:
                     rest.append(rule)
                     continue
             try:
-                holds = rule.condition.check(series, i)
+                holds = check(series, i)
             except Exception:  # judged again by `track`, where a rule's error is told
                 rest.append(rule)
                 continue
             streak = old.streak + 1 if holds else 0
-            if not holds if firing else streak >= rule.consecutive:
+            if not holds if firing else streak >= need:
                 rest.append(rule)  # a firing alert's condition stops, or a quiet one's starts
                 continue
             tr = old if handed else old.copy()
