@@ -18,6 +18,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import NamedTuple
 
 from alertd.buffer import NO_STEP, Series, SeriesBuffer
@@ -192,13 +193,26 @@ class RuleSet:
         self.by_name = {r.name: r for r in self.rules}
         self.exprs = tuple(r for r in self.rules if r.expr is not None)
         self.peers = tuple(r for r in self.rules if r.peers is not None)
+        self.reads_time = frozenset(r.name for r in self.rules if _reads_time(r))
+        """The rules one of whose annotations reads `time` (an RFC 3339 text is made for those only: 2 us an alert)."""
         self._memo: dict[SeriesKey, tuple[Rule, ...]] = {}
+        self._labels: dict[PairKey, Labels] = {}
 
     def for_series(self, key: SeriesKey) -> tuple[Rule, ...]:
         """The rules that watch `key`."""
         hit = self._memo.get(key)
         if hit is None:
             hit = self._memo[key] = tuple(r for r in self.rules if r.watches(key))
+        return hit
+
+    def labels(self, rule: Rule, key: SeriesKey) -> Labels:
+        """`alert_labels(rule, key)`, kept for the next transition of the pair (the last `LABELS_KEPT` pairs)."""
+        pair = (rule.name, key)
+        hit = self._labels.get(pair)
+        if hit is None:
+            if len(self._labels) >= LABELS_KEPT:
+                self._labels.clear()
+            hit = self._labels[pair] = alert_labels(rule, key)
         return hit
 
     def watch(self, series: Series) -> Watch:
@@ -221,6 +235,8 @@ class RuleSet:
         return hit
 
 
+LABELS_KEPT = 1 << 16
+"""The pairs whose alert labels a rule set keeps (`RuleSet.labels`): all of them, where alerts come and go together."""
 WATCHES_KEPT = 4
 """The rule sets a series keeps its `Watch` for (the service's one, a reload's next, a bench's two in turns)."""
 
@@ -274,7 +290,7 @@ class _Run:
     def emit(self, tr: Track, kind: TransitionKind, t: float) -> None:
         rule, key = self._rule, self._key
         assert rule is not None and key is not None
-        labels = alert_labels(rule, key)
+        labels = self.ruleset.labels(rule, key)
         tr.annotations = self._render(rule, key, tr, labels)
         ended = self.buffer.run_finished_at(key) if rule.absent is None and ends_with_run(key) else None
         if kind in (TransitionKind.RESOLVED, TransitionKind.INACTIVE) and ended is not None and t >= ended:
@@ -299,14 +315,13 @@ class _Run:
             "metric": key.metric,
             "value": tr.value,
             "step": tr.step,
-            "time": format_time(tr.time) if math.isfinite(tr.time) and _reads_time(rule) else "",
+            "time": format_time(tr.time) if rule.name in self.ruleset.reads_time and math.isfinite(tr.time) else "",
             "rule": rule.name,
             "severity": rule.severity,
         }
-        label_map = dict(labels)
         out = []
         for name, template in rule.annotations:
-            text, problem = template.render(values, label_map)
+            text, problem = template.render(values, labels)
             if problem:
                 self.errors[rule.name] = f"annotation {name!r}: {problem} (series {key})"
             out.append((name, text))
@@ -697,7 +712,7 @@ def evaluate(
     if _drop_unknown_rules(run, ruleset):
         active = {p for p in active if p in run.tracks}
         run.written |= prev.tracks.keys() - run.tracks.keys()
-    run.transitions.sort(key=lambda t: (t.time, t.rule, t.labels))
+    run.transitions.sort(key=attrgetter("time", "rule", "labels"))
     state = EvalState(
         run.tracks,
         run.timers,

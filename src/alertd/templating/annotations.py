@@ -16,7 +16,7 @@ gives `<no value>` and the reason, never an exception.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from alertd.templating.compiled import Compiled, compile_template
@@ -60,7 +60,9 @@ class Template:
         """Whether the template reads the data name `name` (a costly one is made only for the templates that do)."""
         return name in self._compiled.reads
 
-    def render(self, values: Mapping[str, object], labels: Mapping[str, str]) -> tuple[str, str | None]:
+    def render(
+        self, values: Mapping[str, object], labels: Mapping[str, str] | Iterable[tuple[str, str]]
+    ) -> tuple[str, str | None]:
         """Return the text and, if a label was missing or the template failed, a message saying why."""
         missing: list[str] = []
         view = LabelView(labels, missing)
