@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import NamedTuple
@@ -390,9 +390,13 @@ class _Run:
         self._settle(rule, pair, tr, finished_at, now)
         return stirred or not quiet
 
-    def quiet_ticks(self, watch: Watch, series: Series, now: float) -> list[Rule]:
-        """The service's tick on the steady pairs of one series, all its rules at once (`watch`); return the rules
-        left for `track`'s whole way (and the `expr` and `peers` rules, judged per run and per group).
+    def quiet_ticks(  # noqa: C901 (one loop over the tick's series and their pairs: the service's hot path)
+        self, changed: Iterable[Series], now: float
+    ) -> Iterator[tuple[Series, list[Rule]]]:
+        """The service's tick on the steady pairs of the `changed` series, each series' rules at once (its `Watch`);
+        give each series that has rules left for `track`'s whole way with them (and its `expr` and `peers` rules,
+        judged per run and per group), before looking at the next. One loop over the series and their pairs, with
+        what the whole tick shares read once: the per-series call it replaces cost a tenth of the tick.
 
         When one sample is new, `track` would, for a pair whose alert is steady, note the sample as the last seen,
         count it in the streak, for an `absent` rule time the absence from it, and change nothing else: done here
@@ -406,54 +410,68 @@ class _Run:
         A steady track, the state handed over (`in_place`), is noted on in place (`EvalState.alerts`' memo tells a
         firing one's alert made before the note by the position it was made at). The condition, should it raise, is
         judged again by `track` (a condition is a function of the series, its memo only a cache)."""
-        times, base, start = series.times, series.base, series.start
-        i = len(times) - 1  # the newest sample's array index
-        if i < start:
-            return list(watch.rules)
-        seen = base + i - start  # where a pair that has seen all but the newest sample stands (`Series.end` - 1)
-        key, generation, tracks, handed = series.key, series.generation, self.tracks, self._handed
+        ruleset, handed = self.ruleset, self._handed
         firing_state, inactive, note, timed = AlertState.FIRING, AlertState.INACTIVE, self.written.add, self._timed
-        rest = [] if watch.plain else [r for r in watch.rules if r.expr is not None or r.peers is not None]
-        t, step = times[i], series.steps[i]
-        noted = (series.values[i], None if step == NO_STEP else step, t, seen + 1)
-        for rule, pair, check, absent, need in watch.pairs:
-            old = tracks.get(pair)
-            if old is None or old.generation != generation or (old.position if old.position > base else base) != seen:
-                rest.append(rule)
+        for series in changed:
+            kept = series.watch
+            watch = kept.get(ruleset) if kept is not None else None
+            if watch is None:
+                watch = ruleset.watch(series)
+            if not watch.rules:
                 continue
-            due, state = None, old.state
-            firing = state is firing_state
-            if firing:
-                if not self._firing_steady(rule, old, key):
+            times, base, start = series.times, series.base, series.start
+            i = len(times) - 1  # the newest sample's array index
+            if i < start:
+                yield series, list(watch.rules)
+                continue
+            seen = base + i - start  # where a pair that has seen all but the newest sample stands (`Series.end` - 1)
+            key, generation, tracks = series.key, series.generation, self.tracks
+            rest = [] if watch.plain else [r for r in watch.rules if r.expr is not None or r.peers is not None]
+            t, step = times[i], series.steps[i]
+            noted = (series.values[i], None if step == NO_STEP else step, t, seen + 1)
+            for rule, pair, check, absent, need in watch.pairs:
+                old = tracks.get(pair)
+                if (
+                    old is None
+                    or old.generation != generation
+                    or (old.position if old.position > base else base) != seen
+                ):
                     rest.append(rule)
                     continue
-            elif state is not inactive or old.cond:
-                rest.append(rule)
-                continue
-            elif absent is not None:
-                due = self._absence_timed(rule, absent.seconds, old, key, t, now)
-                if due is None:
+                due, state = None, old.state
+                firing = state is firing_state
+                if firing:
+                    if not self._firing_steady(rule, old, key):
+                        rest.append(rule)
+                        continue
+                elif state is not inactive or old.cond:
                     rest.append(rule)
                     continue
-            try:
-                holds = check(series, i)
-            except Exception:  # judged again by `track`, where a rule's error is told
-                rest.append(rule)
-                continue
-            streak = old.streak + 1 if holds else 0
-            if not holds if firing else streak >= need:
-                rest.append(rule)  # a firing alert's condition stops, or a quiet one's starts
-                continue
-            tr = old if handed else old.copy()
-            tr.value, tr.step, tr.time, tr.position = noted
-            tr.last_time = tr.clock = t
-            tr.streak = streak
-            if tr is not old:
-                self._tracks_w()[pair] = tr
-            note(pair)
-            if due is not None or rule.name in timed:
-                self._retime(pair, due)
-        return rest
+                elif absent is not None:
+                    due = self._absence_timed(rule, absent.seconds, old, key, t, now)
+                    if due is None:
+                        rest.append(rule)
+                        continue
+                try:
+                    holds = check(series, i)
+                except Exception:  # judged again by `track`, where a rule's error is told
+                    rest.append(rule)
+                    continue
+                streak = old.streak + 1 if holds else 0
+                if not holds if firing else streak >= need:
+                    rest.append(rule)  # a firing alert's condition stops, or a quiet one's starts
+                    continue
+                tr = old if handed else old.copy()
+                tr.value, tr.step, tr.time, tr.position = noted
+                tr.last_time = tr.clock = t
+                tr.streak = streak
+                if tr is not old:
+                    self._tracks_w()[pair] = tr
+                note(pair)
+                if due is not None or rule.name in timed:
+                    self._retime(pair, due)
+            if rest:
+                yield series, rest
 
     def _retime(self, pair: PairKey, due: float | None) -> None:
         """The pair's timer after it was stepped: at `due`, its next time-based change, or none."""
@@ -745,12 +763,8 @@ def _new_samples(run: _Run, now: float) -> set[PairKey]:
     touched: set[PairKey] = set()
     runs: dict[JoinKey, set[str]] = {}
     groups: dict[GroupKey, set[SeriesKey]] = {}
-    for series in run.buffer.changed_since(run.prev.version):
-        kept = series.watch
-        watch = kept.get(ruleset) if kept is not None else None
-        if watch is None:
-            watch = ruleset.watch(series)
-        for rule in run.quiet_ticks(watch, series, now) if watch.rules else ():
+    for series, rules in run.quiet_ticks(run.buffer.changed_since(run.prev.version), now):
+        for rule in rules:
             if exprs and rule.expr is not None:
                 runs.setdefault((rule.name, series.key.labels), set()).add(series.key.metric)
                 continue
