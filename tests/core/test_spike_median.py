@@ -116,7 +116,7 @@ def test_a_spike_judged_as_samples_arrive_is_the_verdict_over_the_from_scratch_m
 def test_calm_samples_are_judged_without_moving_the_median_and_a_spike_still_fires() -> None:
     """A steady series: each sample settled by the extremes of the window and the samples since (the window stays
     where it was), up to `SETTLE_MAX` samples behind; a spike is judged on the median, moved to it."""
-    from alertd.rules.conditions import SETTLE_MAX
+    from alertd.rules.windows import SETTLE_MAX
 
     spike = Spike(2.0, "up", 20, None, "median", 5)
     buf = SeriesBuffer(BufferLimits(max_samples=500, max_age=1e9))

@@ -213,6 +213,43 @@ def test_the_running_window_equals_a_from_scratch_one(values, gaps, kind, over, 
         assert (got is None, got) == (want is None, want) or (got != got and want != want), (i, got, want)
 
 
+calm = st.floats(0.5, 4.0)  # a training's everyday values
+OPS_ = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(st.one_of(calm, calm, calm, st.sampled_from([NAN, INF, -INF, 0.0, 9.0, -1e300])), max_size=90),
+    gaps=st.lists(st.integers(-4, 12), min_size=1, max_size=5),
+    kind=st.sampled_from(["min", "max", "quantile"]),
+    over=span_st,
+    op=st.sampled_from(list(OPS_)),
+    value=st.one_of(calm, st.sampled_from([0.5, 4.0, 9.0, 1e9, -1.0])),
+    q=st.floats(0, 1),
+    keep=st.integers(3, 100),
+)
+def test_a_sorted_window_judged_as_samples_arrive_gives_the_from_scratch_verdict(
+    values, gaps, kind, over, op, value, q, keep
+) -> None:  # type: ignore[no-untyped-def]
+    """`check` of a min, max or quantile as the service asks it (each sample as it arrives, times sometimes going
+    back), where the window need not move while the extremes settle the verdict, then in any order: the verdict of
+    the from-scratch aggregate."""
+    cond = WindowAggregate(kind, over, op, value=value, q=q)
+
+    def want(s, i):  # type: ignore[no-untyped-def]
+        got = ref.measure(kind, s.times, s.values, s.start, i, over, None, q, 1)
+        return got is not None and OPS_[op](got, value)
+
+    s = None
+    for s, i in ref.fill(values, gaps, BufferLimits(max_samples=keep, max_age=1e9)):
+        assert cond.check(s, i) == want(s, i), (i, s.values[i])
+    if s is not None:
+        order = list(range(s.start, len(s.times)))
+        random.Random(len(values)).shuffle(order)
+        for i in order:
+            assert cond.check(s, i) == want(s, i), (i, s.values[i])
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     values=values_st, gaps=st.lists(st.integers(0, 12), min_size=1, max_size=5), over=span_st, keep=st.integers(3, 40)

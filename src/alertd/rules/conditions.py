@@ -21,7 +21,16 @@ from alertd.rules.memo import Memo
 from alertd.rules.peers import Peers
 from alertd.rules.plateau import Plateau
 from alertd.rules.slide import SLIDE_MAX_WIDTH, range_max, sliding_medians
-from alertd.rules.windows import AGGREGATES, Running, Span, WindowAggregate, ZScore, moved_start, seconds_lookback
+from alertd.rules.windows import (
+    AGGREGATES,
+    Running,
+    Span,
+    WindowAggregate,
+    ZScore,
+    extremes_since,
+    moved_start,
+    seconds_lookback,
+)
 
 __all__ = [
     "AGGREGATES",
@@ -63,8 +72,6 @@ class LooksBack(Protocol):
 
 VECTOR_MIN = 32
 """New samples from which a threshold or `nonfinite` is judged column-wise (numpy: the same answers)."""
-SETTLE_MAX = 64
-"""Samples a spike's median window may fall behind while the samples judged since settle each one (`Spike`)."""
 HALF_MAX = 2.0**1022
 """A quarter of the greatest double: two values below it add up to a finite double, whatever the rounding."""
 
@@ -209,38 +216,14 @@ class Spike:
         return self._judge(latest, self._baseline(window, series, i))
 
     def _settled_still(self, window: Running, series: Series, i: int, latest: float) -> bool:
-        """Whether the median's window as it last moved, with the finite values judged since, settles sample `i` as
-        no spike (`_no_spike`'s test, one sample), so the window need not move for it: most samples of a
-        training are nowhere near twice (or half) the least (or greatest) value of their baseline.
-
-        `i`'s window [lo, i) lies within [window.lo, i): its start does not go back (by samples; by seconds while the
-        times ascend from window.lo on, `Series.disorder`), so its least finite value is at least the least of the
-        window's and of the values at [window.hi, i), kept as they are judged (`Running.low`, `high`). At most
-        `SETTLE_MAX` samples on, the window moves."""
-        off = series.base - series.start
-        at, hi, lo = i + off, window.hi, window.lo  # absolute positions
-        if lo < 0 or hi > at or at - hi > SETTLE_MAX or (self.seconds is not None and series.disorder > lo):
+        """Whether the extremes of the median's window as it last moved and of the values judged since
+        (`extremes_since`) settle sample `i` as no spike (`_no_spike`'s test, one sample), so the window need not
+        move for it: most samples of a training are nowhere near twice (or half) the least (or greatest) value of
+        their baseline."""
+        bounds = extremes_since(window, series, i + series.base - series.start, self.seconds is not None)
+        if bounds is None:
             return False
-        if window.pfrom != hi:
-            window.pfrom = window.pend = hi
-            window.low, window.high = math.inf, -math.inf
-        pend, low, high = window.pend, window.low, window.high
-        if pend != at:
-            if pend > at or pend - off < series.start:  # judged before, or its values gone from the buffer
-                return False
-            for v in series.values[pend - off : i] if at - pend > 1 else (series.values[i - 1],):
-                if v - v == 0.0:
-                    if v < low:
-                        low = v
-                    if v > high:
-                        high = v
-            window.low, window.high, window.pend = low, high, at
-        ordered = window.ordered
-        if ordered:
-            if ordered[0] < low:
-                low = ordered[0]
-            if ordered[-1] > high:
-                high = ordered[-1]
+        low, high = bounds
         if self.direction == "down":
             return latest > 0 and 0 < high < HALF_MAX and latest / high > self.ratio
         return latest >= 0 and 0 < low < math.inf and latest / low < self.ratio

@@ -401,6 +401,47 @@ def moved_start(series: Series, cutoff: float, lo: int, hi: int, window: Running
     return bisect_right(times, cutoff, j, hi) if right else bisect_left(times, cutoff, j, hi)
 
 
+SETTLE_MAX = 64
+"""Samples a window kept sorted may fall behind while the extremes of it and of the samples since settle each
+judged sample (`extremes_since`)."""
+
+
+def extremes_since(window: Running, series: Series, at: int, by_time: bool) -> tuple[float, float] | None:
+    """The least and greatest finite values of `window` as it last moved (kept sorted: `ordered`) and of the
+    series' values at the absolute positions [window.hi, at), or None where they don't bound a window that ends
+    at `at`. That window's values are all among those: its start does not go back from `window.lo` (a window by
+    samples; one by seconds, `by_time`, while the times ascend from `window.lo` on: `Series.disorder`). The values
+    since are kept as they come (`Running.low`, `high`, over [pfrom, pend)); at most `SETTLE_MAX` of them, and
+    only while the buffer still holds them. So a judged sample that the extremes settle (most of a training's,
+    nowhere near a threshold) leaves the window where it is, and no sorted array moves for it."""
+    off = series.base - series.start
+    hi, lo = window.hi, window.lo  # absolute positions
+    if lo < 0 or hi > at or at - hi > SETTLE_MAX or (by_time and series.disorder > lo):
+        return None
+    if window.pfrom != hi:
+        window.pfrom = window.pend = hi
+        window.low, window.high = math.inf, -math.inf
+    pend, low, high = window.pend, window.low, window.high
+    if pend != at:
+        if pend > at or pend - off < series.start:  # asked before, or its values gone from the buffer
+            return None
+        values = series.values
+        for v in values[pend - off : at - off] if at - pend > 1 else (values[at - off - 1],):
+            if v - v == 0.0:
+                if v < low:
+                    low = v
+                if v > high:
+                    high = v
+        window.low, window.high, window.pend = low, high, at
+    ordered = window.ordered
+    if ordered:
+        if ordered[0] < low:
+            low = ordered[0]
+        if ordered[-1] > high:
+            high = ordered[-1]
+    return low, high
+
+
 def window_start(series: Series, i: int, span: Span, end: int) -> int | None:
     """The array index where the window of `span` that ends before index `end` starts (the window ends
     at the judged sample `i`'s time for a duration); None when a window of samples is not full yet."""
@@ -448,8 +489,30 @@ class WindowAggregate:
         are full or hold `min_samples` finite values."""
         how, memo = self._how, series.memo
         window = memo.get(self.memo.token) if memo is not None else None  # `_window`, inline: asked at every sample
-        measured = self._measure(window or self._window(series), series, i)
+        if window is None:
+            window = self._window(series)
+        if window.ordered is not None and how[4] is None and self._settled_still(window, series, i):
+            return False
+        measured = self._measure(window, series, i)
         return measured is not None and how[0](measured, how[1])
+
+    def _settled_still(self, window: Running, series: Series, i: int) -> bool:
+        """Whether a min, max or quantile of the window ending at `i` (within the extremes of the window as it last
+        moved and of the values since: `extremes_since`) can't compare true, so the window need not move for `i`.
+        A quantile is a weighted mean of two values: off their range by a rounding at most, which the margin
+        (a millionth of a millionth) covers."""
+        bounds = extremes_since(window, series, i + series.base - series.start + 1, self.over.seconds is not None)
+        if bounds is None:
+            return False
+        low, high = bounds
+        op, value = self.op, self._how[1]
+        if not isinstance(value, int | float):
+            return False
+        if op == ">" or op == ">=":
+            return bool(high + abs(high) * 1e-12 < value)
+        if op == "<" or op == "<=":
+            return bool(low - abs(low) * 1e-12 > value)
+        return False
 
     def measure(self, series: Series, i: int) -> float | None:
         """The aggregate of the window that ends at index `i` (with a baseline: its ratio to the baseline's
