@@ -637,6 +637,10 @@ class SeriesBuffer:
                 self._ended_now(older)
         self._lineage[lineage].append(key)
 
+    def any_run_finished(self) -> bool:
+        """Whether some run was marked finished (else `run_finished_at` is None for every series)."""
+        return bool(self._finished)
+
     def run_finished_at(self, key: SeriesKey) -> float | None:
         """When the series' run was marked finished (same source and run labels), if it was."""
         if not self._finished:  # the usual case, asked for every pair an evaluation steps: no label look-ups

@@ -405,13 +405,14 @@ class _Run:
           `consecutive`; for an `absent` rule, only while no absence began before the sample, its run has not
           ended, and the absence it times is due after `now`;
         - steadily firing: firing, the condition holding before and on the sample, its run not ended
-          (`_firing_steady`: no time-based change is due, `next_event` is None; the pair stays among the active
-          ones).
+          (no time-based change is due, `next_event` is None; the pair stays among the active ones). An `absent`
+          rule's condition never holds on a sample: its pair goes `track`'s way.
         A steady track, the state handed over (`in_place`), is noted on in place (`EvalState.alerts`' memo tells a
         firing one's alert made before the note by the position it was made at). The condition, should it raise, is
         judged again by `track` (a condition is a function of the series, its memo only a cache)."""
         ruleset, handed = self.ruleset, self._handed
         firing_state, inactive, note, timed = AlertState.FIRING, AlertState.INACTIVE, self.written.add, self._timed
+        ends = self.buffer.any_run_finished()  # else no run's end resolves a firing pair
         for series in changed:
             kept = series.watch
             watch = kept.get(ruleset) if kept is not None else None
@@ -441,7 +442,10 @@ class _Run:
                 due, state = None, old.state
                 firing = state is firing_state
                 if firing:
-                    if not self._firing_steady(rule, old, key):
+                    # steady: its condition held (no `keep_firing_for` runs), the sample keeps the streak `track`
+                    # needs to hold it (as `set_condition` asks), and its run has not ended (which resolves it)
+                    ended = ends and self._finished_at(rule, key) is not None
+                    if not old.cond or old.streak + 1 < need or ended:
                         rest.append(rule)
                         continue
                 elif state is not inactive or old.cond:
@@ -480,13 +484,6 @@ class _Run:
                 del self._timers_w()[pair]
         elif self.timers.get(pair) != due:
             self._set_timer(pair, due)
-
-    def _firing_steady(self, rule: Rule, old: Track, key: SeriesKey) -> bool:
-        """Whether a firing pair stays as it is if its condition holds on a new sample (`quiet_ticks`): its condition
-        holds (so no `keep_firing_for` runs), the sample keeps the streak `track` needs to hold it (as `track`'s
-        `set_condition` asks), and its run has not ended (whose end resolves it). An `absent` rule's condition never
-        holds on a sample: its pair goes `track`'s way."""
-        return old.cond and old.streak + 1 >= rule.consecutive and self._finished_at(rule, key) is None
 
     def _absence_timed(
         self, rule: Rule, seconds: float, old: Track, key: SeriesKey, t: float, now: float

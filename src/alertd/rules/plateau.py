@@ -50,6 +50,13 @@ class Plateau:
         nxt: int = state[0]
         best: float = state[1]
         wait: int = state[2]
+        if nxt == pos and nxt > base:  # the one sample after the last judged: the service's tick
+            v = series.values[i]
+            if v - v == 0.0 and (v + self.min_delta < best if self.mode == "min" else v - self.min_delta > best):
+                state[0], state[1], state[2] = pos + 1, v, 0
+                return self.patience <= 0
+            state[0], state[2] = pos + 1, wait + 1
+            return wait + 1 >= self.patience
         values, off, delta, low = series.values, series.start - base, self.min_delta, self.mode == "min"
         for p in range(nxt if nxt > base else base, pos + 1):
             v = values[p + off]
