@@ -21,7 +21,7 @@ from alertd.config import load_config
 from alertd.dryrun import Replay
 from alertd.errors import ConfigError
 from alertd.model import Sample, SeriesKey
-from alertd.rules import RuleSet
+from alertd.rules import RuleSet, evaluate
 from alertd.rules.conditions import Span, Spike, WindowAggregate, ZScore
 from alertd.rules.plateau import Plateau
 from alertd.rules.windows import Running, moved_start
@@ -335,6 +335,40 @@ def test_the_same_rules_over_two_buffers_do_not_mix() -> None:
         fired += high.feed(samples(series(), [hv], start=n * 10.0)).transitions
         fired += low.feed(samples(series(), [lv], start=n * 10.0)).transitions
     assert [(t.time, t.state.value) for t in fired] == [(20.0, "firing")]
+
+
+def test_rule_sets_judging_one_buffer_in_turns_each_get_their_own_answers() -> None:
+    """More rule sets than a series keeps its `Watch` for, each judging the same buffer tick by tick (as a bench
+    does two), one of them twice over: each gives the transitions it gives alone on a buffer of its own."""
+    texts = [
+        "{name: a, metric: loss, condition: '> 5'}",
+        "{name: a, metric: loss, condition: '> 2'}",
+        "{name: b, metric: [loss, acc], condition: {avg: {over: 3 samples}, op: '<', value: 3}}",
+        "{name: c, metric: loss, condition: {spike: {ratio: 2, baseline: 4 samples, min_samples: 2}}}",
+        "{name: d, metric: acc, condition: {quantile: {over: 4 samples, q: 0.5}, op: '>', value: 4}}",
+        "{name: e, metric: loss, condition: increasing, consecutive: 2}",
+    ]
+    rulesets = [RuleSet([rule(t)]) for t in texts] + [RuleSet([rule(texts[2]), rule(texts[3])])]
+    keys = [series("loss"), series("acc"), series("loss", run="r2")]
+    values = [1, 6, 2, 9, 1, 1, 7, 3, 8, 2, 2, 9, 0, 0, 0, 5, 9]
+
+    def ticks(bufs, rs_list):  # type: ignore[no-untyped-def]
+        states: list[Any] = [None] * len(rs_list)
+        got: list[list[tuple[float, str, str, str]]] = [[] for _ in rs_list]
+        for n, v in enumerate(values):
+            for b in set(bufs):
+                b.append([Sample(k, n * 10.0, n, float(v + j)) for j, k in enumerate(keys)])
+            for j, (b, rs) in enumerate(zip(bufs, rs_list, strict=True)):
+                ev = evaluate(rs, b, n * 10.0, states[j], in_place=True)
+                states[j] = ev.state
+                got[j] += [(t.time, t.rule, t.state.value, str(t.labels)) for t in ev.transitions]
+        return got
+
+    shared = SeriesBuffer(BufferLimits(max_samples=50, max_age=1e9))
+    together = ticks([shared] * len(rulesets), rulesets)
+    alone = [ticks([SeriesBuffer(BufferLimits(max_samples=50, max_age=1e9))], [rs])[0] for rs in rulesets]
+    assert together == alone
+    assert all(alone) and alone[0] != alone[1]
 
 
 def test_the_memo_holds_an_entry_per_live_series_and_the_entries_go_with_them() -> None:
