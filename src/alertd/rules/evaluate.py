@@ -231,7 +231,8 @@ class RuleSet:
                 for r in rules
                 if r.expr is None and r.peers is None
             )
-            hit = kept[self] = Watch(rules, pairs, len(pairs) == len(rules))
+            others = tuple(r for r in rules if r.expr is not None or r.peers is not None)
+            hit = kept[self] = Watch(rules, pairs, others)
         return hit
 
 
@@ -248,8 +249,8 @@ class Watch(NamedTuple):
     pairs: tuple[tuple[Rule, PairKey, Callable[[Series, int], bool], Absent | None, int], ...]
     """The rules stepped series by series (all but `expr` and `peers` rules), each with its pair, its condition's
     `check`, its `absent` and its `consecutive` (read at every tick)."""
-    plain: bool
-    """Whether every rule is among `pairs`."""
+    others: tuple[Rule, ...]
+    """The `expr` and `peers` rules, judged per run and per group (each tick hands them on as they are)."""
 
 
 def alert_labels(rule: Rule, key: SeriesKey) -> Labels:
@@ -427,7 +428,7 @@ class _Run:
                 continue
             seen = base + i - start  # where a pair that has seen all but the newest sample stands (`Series.end` - 1)
             key, generation, tracks = series.key, series.generation, self.tracks
-            rest = [] if watch.plain else [r for r in watch.rules if r.expr is not None or r.peers is not None]
+            rest = list(watch.others)
             t, step = times[i], series.steps[i]
             noted = (series.values[i], None if step == NO_STEP else step, t, seen + 1)
             for rule, pair, check, absent, need in watch.pairs:

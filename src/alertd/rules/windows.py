@@ -103,8 +103,8 @@ class Running:
         """A baseline's window, just before this one (`WindowAggregate` with a baseline: made when first needed)."""
         self.pfrom = self.pend = -2
         self.low, self.high = math.inf, -math.inf
-        """The least and greatest finite values at the positions [pfrom, pend) (`Spike`'s samples judged since its
-        window last moved, `pfrom` its `hi` then: another `hi`, and they say nothing)."""
+        """The least and greatest finite values at the positions [pfrom, pend) (`extremes_since`: the samples judged
+        since the window last moved, `pfrom` its `hi` then: another `hi`, and they say nothing)."""
 
     def move(self, series: Series, lo: int, hi: int) -> None:
         """Make this the window of array indices [lo, hi) of `series` (advanced when that is cheaper than
@@ -470,6 +470,9 @@ class WindowAggregate:
     _how: tuple[Any, ...] = field(init=False, compare=False, hash=False, repr=False)
     """Worked out once: the comparison, the number compared, the finite values needed, what Running keeps,
     the baseline's span."""
+    _settles: tuple[bool, float] | None = field(init=False, compare=False, hash=False, repr=False)
+    """Where the extremes of a sorted window can settle a verdict as false (`_settled_still`): whether the test is
+    `>`/`>=` (else `<`/`<=`) and the number; None for the other aggregates, a baseline, `==`, `!=`."""
 
     def __post_init__(self) -> None:
         bspan = None
@@ -483,6 +486,10 @@ class WindowAggregate:
             bspan,
         )
         object.__setattr__(self, "_how", how)
+        settles = None
+        if self.kind in _ORDERED and bspan is None and self.op in (">", ">=", "<", "<=") and self.value is not None:
+            settles = (self.op in (">", ">="), float(self.value))
+        object.__setattr__(self, "_settles", settles)
 
     def check(self, series: Series, i: int) -> bool:
         """True when the window (or the ratio to the baseline) compares true; never before the windows
@@ -491,28 +498,23 @@ class WindowAggregate:
         window = memo.get(self.memo.token) if memo is not None else None  # `_window`, inline: asked at every sample
         if window is None:
             window = self._window(series)
-        if window.ordered is not None and how[4] is None and self._settled_still(window, series, i):
+        if self._settles is not None and self._settled_still(window, series, i, *self._settles):
             return False
         measured = self._measure(window, series, i)
         return measured is not None and how[0](measured, how[1])
 
-    def _settled_still(self, window: Running, series: Series, i: int) -> bool:
+    def _settled_still(self, window: Running, series: Series, i: int, above: bool, value: float) -> bool:
         """Whether a min, max or quantile of the window ending at `i` (within the extremes of the window as it last
-        moved and of the values since: `extremes_since`) can't compare true, so the window need not move for `i`.
-        A quantile is a weighted mean of two values: off their range by a rounding at most, which the margin
-        (a millionth of a millionth) covers."""
+        moved and of the values since: `extremes_since`) can't compare true, so the window need not move for `i`
+        (`_settles`: `above`, the test is `>` or `>=`; else `<` or `<=`). A quantile is a weighted mean of two
+        values: off their range by a rounding at most, which the margin (a millionth of a millionth) covers."""
         bounds = extremes_since(window, series, i + series.base - series.start + 1, self.over.seconds is not None)
         if bounds is None:
             return False
         low, high = bounds
-        op, value = self.op, self._how[1]
-        if not isinstance(value, int | float):
-            return False
-        if op == ">" or op == ">=":
-            return bool(high + abs(high) * 1e-12 < value)
-        if op == "<" or op == "<=":
-            return bool(low - abs(low) * 1e-12 > value)
-        return False
+        if above:
+            return high + abs(high) * 1e-12 < value
+        return low - abs(low) * 1e-12 > value
 
     def measure(self, series: Series, i: int) -> float | None:
         """The aggregate of the window that ends at index `i` (with a baseline: its ratio to the baseline's
