@@ -130,7 +130,6 @@ class Series:
         "generation",
         "key",
         "memo",
-        "quiet",
         "reach",
         "start",
         "steps",
@@ -162,8 +161,6 @@ class Series:
         self.watch: Any = None
         """The rules that watch this series, by rule set (the last few that looked: `rules/evaluate.py`
         `RuleSet.watch`): a cache, found with no hash of the key."""
-        self.quiet: Quiet | None = None
-        """A reader's note of the samples it need not look at (`Quiet`): kept by each append."""
 
     def __len__(self) -> int:
         return len(self.times) - self.start
@@ -252,38 +249,6 @@ class Series:
     def nbytes(self) -> int:
         """Bytes held by the arrays (allocated capacity is close to this)."""
         return sum(a.buffer_info()[1] * a.itemsize for a in (self.times, self.values, self.steps))
-
-
-class Quiet:
-    """A reader's note on one series whose samples it need not look at while each comes alone in its append and its
-    value lies in [lo, hi] (never NaN) and its time is not before the last one's: each append notes such a sample on
-    it (its value, step and time, the series' end after it: `heard`), and any other sample (two in one append, a
-    restart, a value out, a time back) leaves it `stirred`.
-    The rules' hush (`rules/hush.py`): a series whose rules are all quiet and judge a sample by its value alone."""
-
-    __slots__ = ("end", "generation", "hi", "lo", "step", "stirred", "time", "value")
-
-    def __init__(self, series: Series, lo: float, hi: float, noted: tuple[float, int | None, float]) -> None:
-        self.lo, self.hi = lo, hi
-        self.generation, self.end = series.generation, series.end
-        self.value, self.step, self.time = noted
-        """The last sample noted (the one before `end`)."""
-        self.stirred = False
-
-    def heard(self, series: Series) -> None:
-        """An append just added to `series`: one sample, in [lo, hi], is noted; anything else stirs."""
-        v, t = series.values[-1], series.times[-1]
-        if (
-            series.generation == self.generation
-            and series.end == self.end + 1
-            and self.lo <= v <= self.hi
-            and t >= self.time
-        ):
-            s = series.steps[-1]
-            self.value, self.step, self.time = v, None if s == NO_STEP else s, t
-            self.end += 1
-        else:
-            self.stirred = True
 
 
 class SeriesBuffer:
@@ -393,9 +358,6 @@ class SeriesBuffer:
                 touched[key] = series
         self.version += 1
         for key, series in touched.items():
-            quiet = series.quiet
-            if quiet is not None and not quiet.stirred:
-                quiet.heard(series)
             series.evict(self.limits, horizon)
             self._changed.pop(key, None)  # Re-insert: the dict stays ordered by last change.
             self._changed[key] = series

@@ -9,7 +9,6 @@ in `rules/windows.py` and `rules/plateau.py`; a spike's baseline uses the same r
 from __future__ import annotations
 
 import math
-import sys
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -126,18 +125,6 @@ class Threshold:
         """`> 100`."""
         return f"{self.op} {self.value:g}"
 
-    def quiet_interval(self) -> tuple[float, float] | None:
-        """The values it never holds on, as an interval [lo, hi] (`rules/hush.py`; NaN, on which it never holds
-        either, is in no interval), or None (`==`: all but one value)."""
-        x = self.value
-        return {
-            ">": (-math.inf, x),
-            ">=": (-math.inf, math.nextafter(x, -math.inf)),
-            "<": (x, math.inf),
-            "<=": (math.nextafter(x, math.inf), math.inf),
-            "!=": (x, x),
-        }.get(self.op)
-
     def lookback(self, times: Any, reach: int) -> int:
         """Only the judged sample (`LooksBack`)."""
         return 0
@@ -160,10 +147,6 @@ class Nonfinite:
     def describe(self) -> str:
         """`nonfinite`."""
         return "nonfinite"
-
-    def quiet_interval(self) -> tuple[float, float] | None:
-        """The finite values (`Threshold.quiet_interval`)."""
-        return (-sys.float_info.max, sys.float_info.max)
 
     def lookback(self, times: Any, reach: int) -> int:
         """Only the judged sample (`LooksBack`)."""

@@ -19,6 +19,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import NamedTuple
 
 from alertd.buffer import NO_STEP, Series, SeriesBuffer
 from alertd.model import (
@@ -46,7 +47,6 @@ from alertd.rules.expr_join import (
     rewound,
     watermark,
 )
-from alertd.rules.hush import Hush, ParkedTracks, Parking, raw_tracks
 from alertd.rules.peers import Group, instants, judge, next_instant
 from alertd.rules.rule import Rule
 from alertd.rules.state import Track, advance, next_event, set_condition
@@ -116,8 +116,7 @@ class EvalState:
     active: frozenset[PairKey] | None = None
     """The pairs whose track is pending or firing (None: not known, look at every track)."""
     written: frozenset[PairKey] = frozenset()
-    """The pairs whose track the evaluation that made this state changed (or dropped); the samples of a hushed series
-    are noted on its hush, not on its tracks (`rules/hush.py`)."""
+    """The pairs whose track the evaluation that made this state changed (or dropped)."""
     joins: Mapping[JoinKey, Join] | None = None
     """Per (expr rule, run), where its judging stands (None: not known, as after a reload or a restart:
     found again from the buffer)."""
@@ -129,7 +128,7 @@ class EvalState:
         """The pairs whose track is pending or firing."""
         if self.active is not None:
             return self.active
-        return frozenset(p for p, tr in raw_tracks(self.tracks).items() if tr.state is not AlertState.INACTIVE)
+        return frozenset(p for p, tr in self.tracks.items() if tr.state is not AlertState.INACTIVE)
 
     def alerts(self, rules: Iterable[Rule], memo: AlertMemo | None = None) -> list[Alert]:
         """The alerts that are pending or firing, in rule and label order (the cost follows their number).
@@ -142,10 +141,9 @@ class EvalState:
         by_name = {r.name: r for r in rules}
         kept: Made = {}
         made = memo.made if memo is not None else None
-        tracks = raw_tracks(self.tracks)  # a hushed pair is quiet: its alert is not among these
         for pair in self.active_pairs():
             name, key = pair
-            tr = tracks.get(pair)
+            tr = self.tracks.get(pair)
             rule = by_name.get(name)
             if rule is None or tr is None or tr.state is AlertState.INACTIVE:
                 continue
@@ -190,11 +188,8 @@ class Evaluation:
 class RuleSet:
     """Rules plus a memo of which rules watch which series (a cache: it changes no result)."""
 
-    def __init__(self, rules: Sequence[Rule], *, hush: bool = True) -> None:
+    def __init__(self, rules: Sequence[Rule]) -> None:
         self.rules = tuple(rules)
-        self.hush = hush
-        """Whether a chain of evaluations handed over in place hushes the series whose rules are all quiet and judge
-        a sample by its value alone (`rules/hush.py`); off, each sample is judged (the bench's per-sample anchor)."""
         self.by_name = {r.name: r for r in self.rules}
         self.exprs = tuple(r for r in self.rules if r.expr is not None)
         self.peers = tuple(r for r in self.rules if r.peers is not None)
@@ -247,36 +242,15 @@ WATCHES_KEPT = 4
 """The rule sets a series keeps its `Watch` for (the service's one, a reload's next, a bench's two in turns)."""
 
 
-class Watch:
+class Watch(NamedTuple):
     """The rules of one rule set that watch one series (`RuleSet.watch`)."""
 
-    __slots__ = ("others", "pairs", "quiet", "rules")
-
-    def __init__(self, rules: tuple[Rule, ...], pairs: tuple[WatchPair, ...], others: tuple[Rule, ...]) -> None:
-        self.rules = rules
-        self.pairs = pairs
-        """The rules stepped series by series (all but `expr` and `peers` rules), each with its pair, its
-        condition's `check`, its `absent` and its `consecutive` (read at every tick)."""
-        self.others = others
-        """The `expr` and `peers` rules, judged per run and per group (each tick hands them on as they are)."""
-        self.quiet = quiet_interval(rules) if not others else None
-        """The values none of the rules holds on, where all judge a sample by its value alone (`rules/hush.py`)."""
-
-
-WatchPair = tuple[Rule, PairKey, Callable[[Series, int], bool], Absent | None, int]
-
-
-def quiet_interval(rules: Sequence[Rule]) -> tuple[float, float] | None:
-    """The interval of values on which none of `rules` holds, each judging a sample by its value alone and none
-    timing an absence (`Threshold`, `Nonfinite`); None where one does not, or none is left."""
-    lo, hi = -math.inf, math.inf
-    for rule in rules:
-        interval = getattr(rule.condition, "quiet_interval", None)
-        found = interval() if interval is not None and rule.absent is None else None
-        if found is None:
-            return None
-        lo, hi = max(lo, found[0]), min(hi, found[1])
-    return (lo, hi) if rules and lo <= hi else None
+    rules: tuple[Rule, ...]
+    pairs: tuple[tuple[Rule, PairKey, Callable[[Series, int], bool], Absent | None, int], ...]
+    """The rules stepped series by series (all but `expr` and `peers` rules), each with its pair, its condition's
+    `check`, its `absent` and its `consecutive` (read at every tick)."""
+    others: tuple[Rule, ...]
+    """The `expr` and `peers` rules, judged per run and per group (each tick hands them on as they are)."""
 
 
 def alert_labels(rule: Rule, key: SeriesKey) -> Labels:
@@ -293,21 +267,14 @@ class _Run:
     def __init__(self, ruleset: RuleSet, buffer: SeriesBuffer, prev: EvalState, in_place: bool = False) -> None:
         self.ruleset = ruleset
         self.buffer = buffer
-        tracks, parking = prev.tracks, None
-        if type(tracks) is ParkedTracks:  # the chain goes on with its hushes, or its tracks are settled
-            parking = tracks.parking if in_place and tracks.parking.ruleset is ruleset else None
-            tracks = tracks.raw if parking is not None else tracks.settled()
-        self._prev_tracks = tracks
-        self.tracks: Mapping[PairKey, Track] = tracks  # copied on the first change (_tracks_w)
+        self.tracks: Mapping[PairKey, Track] = prev.tracks  # copied on the first change (_tracks_w)
         self.timers: Mapping[PairKey, float] = prev.timers  # copied on the first change (_timers_w)
         # True once the mapping is this evaluation's own to change (copied, or handed over: `in_place`)
-        self._own_tracks = in_place and type(tracks) is dict
+        self._own_tracks = in_place and type(prev.tracks) is dict
         self._own_timers = in_place and type(prev.timers) is dict
         # True when the previous state is handed over (`in_place`): its tracks are nobody else's to keep, so a tick's
         # note on a steady one is made on it (`quiet_ticks`), not on a copy
         self._handed = self._own_tracks
-        self.parking = parking if parking is not None or not self._handed or not ruleset.hush else Parking(ruleset)
-        """Whose the series this chain hushes are (`rules/hush.py`): only a state handed over has one."""
         self._timed = {name for name, _ in prev.timers}
         """The rules with a timer (or that had one): a pair of any other rule has none, found with no hash of it."""
         self.written: set[PairKey] = set()
@@ -368,8 +335,6 @@ class _Run:
         key = series.key
         pair = (rule.name, key)
         old = self.tracks.get(pair)
-        if old is not None and old.park is not None:  # hushed on a series of the same key, since evicted
-            old.park.release()
         tr = old.copy() if old is not None else Track()
         self._rule, self._key = rule, key
         if tr.generation == series.generation:
@@ -445,35 +410,18 @@ class _Run:
           rule's condition never holds on a sample: its pair goes `track`'s way.
         A steady track, the state handed over (`in_place`), is noted on in place (`EvalState.alerts`' memo tells a
         firing one's alert made before the note by the position it was made at). The condition, should it raise, is
-        judged again by `track` (a condition is a function of the series, its memo only a cache).
-
-        The state handed over, a series whose pairs are all quiet and judge a sample by its value alone (or that no
-        rule watches) is hushed once they are noted (`rules/hush.py`): the next ticks pass it by while each append
-        notes its one sample on the hush; one that stirred it ends the hush first."""
-        ruleset, handed, parking = self.ruleset, self._handed, self.parking
+        judged again by `track` (a condition is a function of the series, its memo only a cache)."""
+        ruleset, handed = self.ruleset, self._handed
         firing_state, inactive, note, timed = AlertState.FIRING, AlertState.INACTIVE, self.written.add, self._timed
         ends = self.buffer.any_run_finished()  # else no run's end resolves a firing pair
-        owner = parking.ref if parking is not None else None
         for series in changed:
-            hush: Hush | None = series.quiet  # type: ignore[assignment]  # a `Quiet` only the rules make: a `Hush`
-            if hush is not None:  # `rules/hush.py`
-                if hush.owner is owner:
-                    if not hush.stirred:  # its samples since all came alone, on none of its rules holds: noted
-                        continue
-                    hush.release()
-                elif hush.owner() is None:  # of a chain let go of
-                    hush.release()
             kept = series.watch
             watch = kept.get(ruleset) if kept is not None else None
             if watch is None:
                 watch = ruleset.watch(series)
-            times, base, start = series.times, series.base, series.start
             if not watch.rules:
-                if parking is not None and series.quiet is None and len(times) > start:  # no rule: any value
-                    s = series.steps[-1]
-                    last = (series.values[-1], None if s == NO_STEP else s, times[-1])
-                    Hush(parking, series, [], (-math.inf, math.inf), last)
                 continue
+            times, base, start = series.times, series.base, series.start
             i = len(times) - 1  # the newest sample's array index
             if i < start:
                 yield series, list(watch.rules)
@@ -483,12 +431,10 @@ class _Run:
             rest = list(watch.others)
             t, step = times[i], series.steps[i]
             noted = (series.values[i], None if step == NO_STEP else step, t, seen + 1)
-            quiet: list[tuple[PairKey, Track]] | None = [] if parking is not None and watch.quiet else None
             for rule, pair, check, absent, need in watch.pairs:
                 old = tracks.get(pair)
                 if (
                     old is None
-                    or old.park is not None  # hushed on a series of the same key, since evicted: `track` ends it
                     or old.generation != generation
                     or (old.position if old.position > base else base) != seen
                 ):
@@ -529,10 +475,6 @@ class _Run:
                 note(pair)
                 if due is not None or rule.name in timed:
                     self._retime(pair, due)
-                if quiet is not None and streak == 0 and not firing:
-                    quiet.append((pair, tr))
-            if quiet and len(quiet) == len(watch.pairs) and series.quiet is None:
-                Hush(parking, series, quiet, watch.quiet, noted[:3])  # type: ignore[arg-type]
             if rest:
                 yield series, rest
 
@@ -699,7 +641,7 @@ class _Run:
         if rule.expr is not None:
             now, inclusive = self._expr_horizon(rule.expr, pair, now)
         tr = self.tracks[pair]
-        if tr is self._prev_tracks.get(pair):
+        if tr is self.prev.tracks.get(pair):
             tr = self._tracks_w()[pair] = tr.copy()
             self.written.add(pair)
         self._rule, self._key = rule, pair[1]
@@ -785,11 +727,10 @@ def evaluate(
             active.discard(pair)
     if _drop_unknown_rules(run, ruleset):
         active = {p for p in active if p in run.tracks}
-        run.written |= run._prev_tracks.keys() - run.tracks.keys()
+        run.written |= prev.tracks.keys() - run.tracks.keys()
     run.transitions.sort(key=attrgetter("time", "rule", "labels"))
-    parking = run.parking
     state = EvalState(
-        ParkedTracks(run.tracks, parking) if parking is not None and parking.hushes else run.tracks,  # type: ignore[arg-type]
+        run.tracks,
         run.timers,
         buffer.version,
         frozenset(ruleset.by_name),

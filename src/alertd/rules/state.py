@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from alertd.model import AlertState, TransitionKind
 from alertd.rules.rule import Rule
-
-if TYPE_CHECKING:
-    from alertd.rules.hush import Hush
 
 Emit = Callable[["Track", TransitionKind, float], None]
 
@@ -37,7 +33,6 @@ class Track:
         "generation",
         "keep_since",
         "last_time",
-        "park",
         "position",
         "state",
         "step",
@@ -61,8 +56,6 @@ class Track:
         self.step: int | None = None
         self.time = 0.0
         self.annotations: tuple[tuple[str, str], ...] = ()
-        self.park: Hush | None = None
-        """The hush whose note stands for this track's while its series is hushed (`alertd.rules.hush`)."""
 
     def copy(self) -> Track:
         """A shallow copy to change without touching the previous evaluation's state."""
@@ -72,7 +65,6 @@ class Track:
         new.state, new.active_at, new.fired_at = self.state, self.active_at, self.fired_at
         new.keep_since, new.last_time, new.value = self.keep_since, self.last_time, self.value
         new.step, new.time, new.annotations = self.step, self.time, self.annotations
-        new.park = None
         return new
 
 

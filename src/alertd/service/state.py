@@ -24,7 +24,6 @@ from alertd.model import Sample, SeriesKey
 from alertd.persist import Snapshot, StateStore
 from alertd.rules.carry import Seen, fingerprint, restored, rule_fingerprints, seen_before, unseen
 from alertd.rules.evaluate import PairKey
-from alertd.rules.hush import settled_tracks
 from alertd.service.engine import Engine, log
 from alertd.sources.base import Resumable, Source
 
@@ -148,8 +147,7 @@ class StateKeeper:
                 self._cursor_due.discard(name)
         cursors = {n: c for n, c in self._cursors.items() if n in sources}
         dirty = frozenset(engine.dirty) if engine.dirty is not None else None
-        tracks = settled_tracks(engine.state.tracks)  # each hushed series' note on its tracks: `rules/hush.py`
-        snap = Snapshot(tracks, rule_fingerprints(engine.ruleset), cursors, self.clock.now(), dirty)
+        snap = Snapshot(engine.state.tracks, rule_fingerprints(engine.ruleset), cursors, self.clock.now(), dirty)
         engine.dirty = set()  # from here on; `failed()` makes the next commit compare everything
         write = self.store.writer(snap)
 
