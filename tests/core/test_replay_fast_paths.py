@@ -40,14 +40,13 @@ def slow_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every fast path off: observe and append go sample by sample."""
     monkeypatch.setattr(runs, "_FAST_MIN", SLOW)
     monkeypatch.setattr(buffer_module, "_BULK_SMALL", SLOW)
-    monkeypatch.setattr(buffer_module, "_BULK_MIN", SLOW)
 
 
 def fast_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every fast path tried on every batch."""
     monkeypatch.setattr(runs, "_FAST_MIN", 1)
     monkeypatch.setattr(buffer_module, "_BULK_SMALL", 1)
-    monkeypatch.setattr(buffer_module, "_BULK_MIN", 1)
+    monkeypatch.setattr(buffer_module, "_BULK_PER_SERIES", 0)
 
 
 def key(metric: str, run: str | None = "a", source: str | None = "tb", **extra: str) -> SeriesKey:

@@ -97,15 +97,15 @@ def test_bulk_append_is_the_sample_by_sample_append(
 ) -> None:
     bulk, one_by_one, given = SeriesBuffer(limits), SeriesBuffer(limits), SeriesBuffer(limits)
     for batch in batches:
-        with mock.patch.object(buffer_module, "_BULK_MIN", 1), mock.patch.object(buffer_module, "_BULK_SMALL", 1):
+        with (
+            mock.patch.object(buffer_module, "_BULK_PER_SERIES", 0),
+            mock.patch.object(buffer_module, "_BULK_SMALL", 1),
+        ):
             got = bulk.append(list(batch), now)
             # the replay's way: the batch's columns made once, before (as a piece of a longer replay's)
             whole = Columns.of([Sample(_KEYS[0], 0.0, 0, 0.0), *batch])
             with_columns = given.append(list(batch), now, None if whole is None else whole.piece(1, len(batch) + 1))
-        with (
-            mock.patch.object(buffer_module, "_BULK_MIN", 1 << 62),
-            mock.patch.object(buffer_module, "_BULK_SMALL", 1 << 62),
-        ):
+        with mock.patch.object(buffer_module, "_BULK_SMALL", 1 << 62):
             want = one_by_one.append(list(batch), now)
         assert got == want
         assert with_columns == want
@@ -136,9 +136,9 @@ def test_series_limits_in_a_bulk_batch() -> None:
         BufferLimits(source_max_series={"other": 0}),
     ):
         bulk, one_by_one = SeriesBuffer(limits), SeriesBuffer(limits)
-        with mock.patch.object(buffer_module, "_BULK_MIN", 1):
+        with mock.patch.object(buffer_module, "_BULK_PER_SERIES", 0):
             bulk.append(list(batch))
-        with mock.patch.object(buffer_module, "_BULK_MIN", 1 << 62):
+        with mock.patch.object(buffer_module, "_BULK_SMALL", 1 << 62):
             one_by_one.append(list(batch))
         assert _state(bulk) == _state(one_by_one)
         assert sum(bulk.dropped.values()) > 0
