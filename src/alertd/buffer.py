@@ -86,6 +86,8 @@ _BULK_PER_SERIES = 32
 a few us a series. 2,000 series x 1 sample: 4.8 us a sample against 0.9 sample by sample; x 16: 0.60 against 0.51;
 100 series x 64: 0.33 against 0.51. A service's tick of 10,000 series, one new sample each: 56-60 ms column-wise
 (which any batch of 512 samples or more took before), 15 ms sample by sample."""
+_BULK_PROBE = 256
+"""Samples at the head of a batch whose series are counted first (`_few_series`)."""
 _BULK_MASKS = 16
 """Series in one bulk batch up to which each one's samples are found by a mask (beyond: by sorting)."""
 
@@ -368,7 +370,7 @@ class SeriesBuffer:
     def _append_bulk(self, samples: list[Sample], now: float | None, columns: Columns | None) -> bool | None:
         """`append` column-wise, where the batch allows it (see the module docstring): True when done,
         None (and nothing changed) where it must go sample by sample."""
-        if columns is None and len({id(s[0]) for s in samples}) * _BULK_PER_SERIES > len(samples):
+        if columns is None and not _few_series(samples):
             return None  # many series, a few samples each: quicker sample by sample (before the columns are made)
         got = Columns.of(samples) if columns is None else columns  # as strict as Series.append: floats and ints
         if got is None or got.steps is None:
@@ -683,6 +685,15 @@ class SeriesBuffer:
     def nbytes(self) -> int:
         """Bytes held by the sample arrays."""
         return sum(s.nbytes() for s in self._series.values())
+
+
+def _few_series(samples: list[Sample]) -> bool:
+    """Whether a batch may have `_BULK_PER_SERIES` samples a series or more (its key objects counted: those of its
+    head first, which settle a file's few long series at once; the exact count comes from the columns' groups)."""
+    head = samples[:_BULK_PROBE]
+    if len({id(s.series) for s in head}) * _BULK_PER_SERIES <= len(head):
+        return True
+    return len({id(s.series) for s in samples}) * _BULK_PER_SERIES <= len(samples)
 
 
 def _lineage(key: SeriesKey) -> SeriesKey | None:
