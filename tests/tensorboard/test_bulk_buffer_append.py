@@ -136,7 +136,11 @@ def test_series_limits_in_a_bulk_batch() -> None:
         BufferLimits(source_max_series={"other": 0}),
     ):
         bulk, one_by_one = SeriesBuffer(limits), SeriesBuffer(limits)
-        with mock.patch.object(buffer_module, "_BULK_PER_SERIES", 0):
+        # 50 samples: under `_BULK_SMALL` (64), so it too is lowered, or the column-wise path is never tried
+        with (
+            mock.patch.object(buffer_module, "_BULK_PER_SERIES", 0),
+            mock.patch.object(buffer_module, "_BULK_SMALL", 1),
+        ):
             bulk.append(list(batch))
         with mock.patch.object(buffer_module, "_BULK_SMALL", 1 << 62):
             one_by_one.append(list(batch))
