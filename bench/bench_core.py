@@ -15,6 +15,10 @@ slowest after the first (which builds the windows' running state): the values cy
 `val_metric_rising` pairs fire together every seventh tick and resolve together on another (2,000 transitions, their
 summaries rendered).
 
+By rule (with 100 samples of history): each of the ten rules alone on its own buffer, the same ticks, above a tick
+with no rule at all: where the tick goes, and what a column-wise engine has to take over first (each rule alone
+also pays for visiting its series, so the ten add up to more than the whole tick).
+
 Append: `SeriesBuffer.append` of one tick's samples (one for each series), beside a plain loop appending them to
 each series' arrays: what the service pays before each such tick.
 
@@ -183,6 +187,33 @@ def tick_cost(history: int, ruleset: RuleSet | None = None) -> tuple[float, floa
     return statistics.median(times) * 1000, max(times[1:]) * 1000, statistics.median(idle) * 1000, pairs
 
 
+def tick_by_rule(history: int) -> tuple[float, list[tuple[str, float, int]]]:
+    """Where the tick goes, rule by rule: milliseconds of the median tick (of 15) with no rule at all, and for each of
+    the ten rules evaluated alone (its own buffer, filled and first evaluated as for `tick_cost`), the milliseconds
+    above that empty tick and its pairs. A rule alone pays for its series' visit too, so the ten add up to more than
+    the whole tick."""
+    out: list[tuple[str, float, int]] = []
+    base = 0.0
+    for rule in (None, *classic_rules().rules):
+        ruleset = RuleSet([] if rule is None else [rule])
+        series, buf = filled(history)
+        state = evaluate(ruleset, buf, float(history - 1)).state
+        HeapFreezer().started(True, len(buf))
+        took = []
+        for t in range(history, history + 15):
+            buf.append([Sample(k, float(t), t, value(k.metric, t)) for k in series])
+            start = time.perf_counter()
+            state = evaluate(ruleset, buf, float(t), state, in_place=True).state
+            took.append(time.perf_counter() - start)
+        gc.unfreeze()
+        ms = statistics.median(took) * 1000
+        if rule is None:
+            base = ms
+        else:
+            out.append((rule.name, ms - base, sum(len(ruleset.for_series(k)) for k in series)))
+    return base, out
+
+
 def append_cost(history: int) -> tuple[float, float]:
     """Milliseconds (median of 15): `SeriesBuffer.append` of a tick's samples (one for each of the 10,000 series), and
     its anchor, a plain loop appending the same samples to each series' three arrays (found by key, as the buffer
@@ -242,6 +273,13 @@ def main() -> None:
             f"({busy / floor:.0f}x); the slowest tick after the first {slowest:.0f} ms (the 2,000 rising pairs fire or "
             f"resolve together every few ticks)"
         )
+        if history == 100:
+            base, parts = tick_by_rule(history)
+            shown = ", ".join(f"{name} {ms:.1f} ms ({ms / pairs * 1000:.1f} us x {pairs})" for name, ms, pairs in parts)
+            print(
+                f"evaluation tick by rule, each alone on its own buffer ({history} samples of history), above a tick "
+                f"with no rule ({base:.1f} ms): {shown}; together {sum(ms for _, ms, _ in parts):.1f} ms"
+            )
         appended, loop = append_cost(history)
         print(
             f"buffer append of a tick's samples: {appended:.1f} ms for 10000 series x 1 sample ({history} samples of "
