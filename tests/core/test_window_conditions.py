@@ -221,7 +221,7 @@ OPS_ = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a 
 @given(
     values=st.lists(st.one_of(calm, calm, calm, st.sampled_from([NAN, INF, -INF, 0.0, 9.0, -1e300])), max_size=90),
     gaps=st.lists(st.integers(-4, 12), min_size=1, max_size=5),
-    kind=st.sampled_from(["min", "max", "quantile"]),
+    kind=st.sampled_from(["min", "max", "quantile", "avg"]),
     over=span_st,
     op=st.sampled_from(list(OPS_)),
     value=st.one_of(calm, st.sampled_from([0.5, 4.0, 9.0, 1e9, -1.0])),
@@ -231,7 +231,7 @@ OPS_ = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a 
 def test_a_sorted_window_judged_as_samples_arrive_gives_the_from_scratch_verdict(
     values, gaps, kind, over, op, value, q, keep
 ) -> None:  # type: ignore[no-untyped-def]
-    """`check` of a min, max or quantile as the service asks it (each sample as it arrives, times sometimes going
+    """`check` of a min, max, quantile or avg as the service asks it (each sample as it arrives, times sometimes going
     back), where the window need not move while the extremes settle the verdict, then in any order: the verdict of
     the from-scratch aggregate."""
     cond = WindowAggregate(kind, over, op, value=value, q=q)
@@ -248,6 +248,23 @@ def test_a_sorted_window_judged_as_samples_arrive_gives_the_from_scratch_verdict
         random.Random(len(values)).shuffle(order)
         for i in order:
             assert cond.check(s, i) == want(s, i), (i, s.values[i])
+
+
+def test_an_avg_over_seconds_settled_by_its_extremes_counts_its_oldest_value() -> None:
+    """An avg over 10 s, each sample judged as it arrives: 9 then 1s. Its window stays where it stood while the
+    extremes settle a verdict; those extremes are of every value in it, the oldest too (9: the avg is above 3 until
+    enough 1s join it), and a window near its threshold (the last samples) is moved and judged at each sample."""
+    values = [9.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.9, 3.5, 4.0, 9.0, 9.0, 9.0]
+    s = Series(SeriesKey("loss", ()))
+    cond = WindowAggregate("avg", Span(seconds=10.0), ">", value=3.0)
+    got, want = [], []
+    for t, v in enumerate(values):
+        s.append(float(t), t, v)
+        got.append(cond.check(s, len(s.times) - 1))
+        window = values[max(0, t - 9) : t + 1]  # the samples of the last 10 s: times in (t - 10, t]
+        want.append(sum(window) / len(window) > 3.0)
+    assert got == want
+    assert want[:4] == [True, True, True, False] and want[-3:] == [False, True, True]
 
 
 @settings(max_examples=150, deadline=None)

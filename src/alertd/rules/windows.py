@@ -87,7 +87,7 @@ class Running:
 
     __slots__ = (
         *("before", "count", "head", "hi", "kept", "lo", "ordered", "scale", "squares", "sums", "total"),
-        *("high", "low", "pend", "pfrom"),
+        *("high", "low", "pend", "pfrom", "wfrom", "whigh", "wlow", "wnext", "wto"),
     )
 
     def __init__(self, sums: bool, squares: bool, ordered: bool) -> None:
@@ -105,6 +105,13 @@ class Running:
         self.low, self.high = math.inf, -math.inf
         """The least and greatest finite values at the positions [pfrom, pend) (`extremes_since`: the samples judged
         since the window last moved, `pfrom` its `hi` then: another `hi`, and they say nothing)."""
+        self.wfrom = self.wto = self.wnext = -1
+        self.wlow, self.whigh = math.inf, -math.inf
+        """The least and greatest finite values of the window itself as it stood at the positions [wfrom, wto) (its `lo`
+        and `hi` then: others, and they say nothing), kept for `extremes_since` (no look at a sorted copy's ends for
+        each judged sample); and for a window kept without a sorted copy (`avg`: found from its copy of the values),
+        the position before which they are not sought again after they failed to settle a verdict
+        (`WindowAggregate._settled_still`)."""
 
     def move(self, series: Series, lo: int, hi: int) -> None:
         """Make this the window of array indices [lo, hi) of `series` (advanced when that is cheaper than
@@ -184,13 +191,22 @@ class Running:
                 kept.append(v)
                 self._change(v, 1)
         elif self.sums:
-            for _ in range(plo - self.lo):
-                self._change(kept[self.head], -1)
-                self.head += 1
-            for i in range(self.hi - off, hi):
+            # a value leaving and one entering at once, as a slide by one does (`_swap`: none where they are equal,
+            # as a steady series' are); then the rest of either
+            head, leaving, first = self.head, plo - self.lo, self.hi - off
+            paired = min(leaving, hi - first)
+            for j in range(paired):
+                out, new = kept[head + j], values[first + j]
+                kept.append(new)
+                if out != new:
+                    self._swap(out, new)
+            for j in range(head + paired, head + leaving):
+                self._change(kept[j], -1)
+            for i in range(first + paired, hi):
                 v = values[i]
                 kept.append(v)
                 self._change(v, 1)
+            self.head = head + leaving
             self._compact()
         else:
             head = self.head
@@ -407,7 +423,8 @@ judged sample (`extremes_since`)."""
 
 
 def extremes_since(window: Running, series: Series, at: int, by_time: bool) -> tuple[float, float] | None:
-    """The least and greatest finite values of `window` as it last moved (kept sorted: `ordered`) and of the
+    """The least and greatest finite values of `window` as it last moved (the ends of its sorted copy, `ordered`, or
+    for an `avg`'s window, of its copy of the values: `Running.wlow`, `whigh`) and of the
     series' values at the absolute positions [window.hi, at), or None where they don't bound a window that ends
     at `at`. That window's values are all among those: its start does not go back from `window.lo` (a window by
     samples; one by seconds, `by_time`, while the times ascend from `window.lo` on: `Series.disorder`). The values
@@ -433,12 +450,31 @@ def extremes_since(window: Running, series: Series, at: int, by_time: bool) -> t
                 if v > high:
                     high = v
         window.low, window.high, window.pend = low, high, at
-    ordered = window.ordered
-    if ordered:
-        if ordered[0] < low:
-            low = ordered[0]
-        if ordered[-1] > high:
-            high = ordered[-1]
+    if window.wfrom != lo or window.wto != hi:  # the window's own extremes, found once where it stands
+        ordered = window.ordered
+        if ordered is not None:
+            window.wlow, window.whigh = (ordered[0], ordered[-1]) if ordered else (math.inf, -math.inf)
+        elif at < window.wnext:  # sought where it stood before and settled nothing (`WindowAggregate`)
+            return None
+        else:
+            window.wlow, window.whigh = _finite_extremes(window.kept, window.head)
+        window.wfrom, window.wto = lo, hi
+    if window.wlow < low:
+        low = window.wlow
+    if window.whigh > high:
+        high = window.whigh
+    return low, high
+
+
+def _finite_extremes(kept: array[float], head: int) -> tuple[float, float]:
+    """The least and greatest finite values of `kept[head:]` (inf and -inf where there are none)."""
+    low, high = math.inf, -math.inf
+    for v in kept[head:]:
+        if v - v == 0.0:
+            if v < low:
+                low = v
+            if v > high:
+                high = v
     return low, high
 
 
@@ -471,8 +507,9 @@ class WindowAggregate:
     """Worked out once: the comparison, the number compared, the finite values needed, what Running keeps,
     the baseline's span."""
     _settles: tuple[bool, float] | None = field(init=False, compare=False, hash=False, repr=False)
-    """Where the extremes of a sorted window can settle a verdict as false (`_settled_still`): whether the test is
-    `>`/`>=` (else `<`/`<=`) and the number; None for the other aggregates, a baseline, `==`, `!=`."""
+    """Where the extremes of the window can settle a verdict as false (`_settled_still`): whether the test is
+    `>`/`>=` (else `<`/`<=`) and the number; for a min, max, quantile or avg (a mean lies within the extremes); None
+    for the other aggregates, a baseline, `==`, `!=`."""
 
     def __post_init__(self) -> None:
         bspan = None
@@ -487,7 +524,12 @@ class WindowAggregate:
         )
         object.__setattr__(self, "_how", how)
         settles = None
-        if self.kind in _ORDERED and bspan is None and self.op in (">", ">=", "<", "<=") and self.value is not None:
+        if (
+            (self.kind in _ORDERED or self.kind == "avg")
+            and bspan is None
+            and self.op in (">", ">=", "<", "<=")
+            and self.value is not None
+        ):
             settles = (self.op in (">", ">="), float(self.value))
         object.__setattr__(self, "_settles", settles)
 
@@ -504,14 +546,23 @@ class WindowAggregate:
         return measured is not None and how[0](measured, how[1])
 
     def _settled_still(self, window: Running, series: Series, i: int, above: bool, value: float) -> bool:
-        """Whether a min, max or quantile of the window ending at `i` (within the extremes of the window as it last
-        moved and of the values since: `extremes_since`) can't compare true, so the window need not move for `i`
+        """Whether a min, max, quantile or avg of the window ending at `i` (within the extremes of the window as it
+        last moved and of the values since: `extremes_since`) can't compare true, so the window need not move for `i`
         (`_settles`: `above`, the test is `>` or `>=`; else `<` or `<=`). A quantile is a weighted mean of two
-        values: off their range by a rounding at most, which the margin (a millionth of a millionth) covers."""
-        bounds = extremes_since(window, series, i + series.base - series.start + 1, self.over.seconds is not None)
+        values: off their range by a rounding at most, which the margin (a millionth of a millionth) covers; so is
+        an avg (its exact sum divided, then rounded). An avg's window keeps no sorted copy: its own extremes are
+        found from its copy of the values once where it stands (`Running.wfrom`), and, where they settled nothing,
+        not again before it has moved on by its width (a window near its threshold moves at each sample anyway)."""
+        at = i + series.base - series.start + 1
+        bounds = extremes_since(window, series, at, self.over.seconds is not None)
         if bounds is None:
             return False
         low, high = bounds
+        if window.ordered is None:  # an `avg`: its mean lies within its window's extremes (`extremes_since`)
+            settled = high + abs(high) * 1e-12 < value if above else low - abs(low) * 1e-12 > value
+            if not settled:  # its window's extremes not sought again before it has moved on by its width
+                window.wnext = at + window.hi - window.lo
+            return settled
         if above:
             return high + abs(high) * 1e-12 < value
         return low - abs(low) * 1e-12 > value
