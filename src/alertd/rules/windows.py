@@ -558,14 +558,10 @@ class WindowAggregate:
         if bounds is None:
             return False
         low, high = bounds
-        if window.ordered is None:  # an `avg`: its mean lies within its window's extremes (`extremes_since`)
-            settled = high + abs(high) * 1e-12 < value if above else low - abs(low) * 1e-12 > value
-            if not settled:  # its window's extremes not sought again before it has moved on by its width
-                window.wnext = at + window.hi - window.lo
-            return settled
-        if above:
-            return high + abs(high) * 1e-12 < value
-        return low - abs(low) * 1e-12 > value
+        settled = high + abs(high) * 1e-12 < value if above else low - abs(low) * 1e-12 > value
+        if not settled and window.ordered is None:  # an `avg`'s window: its extremes not sought again before it has
+            window.wnext = at + window.hi - window.lo  # moved on by its width (`extremes_since`)
+        return settled
 
     def measure(self, series: Series, i: int) -> float | None:
         """The aggregate of the window that ends at index `i` (with a baseline: its ratio to the baseline's
