@@ -52,6 +52,7 @@ from typing import Any
 
 from alertd._np import np
 from alertd.columns import Columns
+from alertd.inbox import Inbox
 from alertd.model import Restart, Sample, SeriesKey
 
 log = logging.getLogger("alertd.buffer")
@@ -135,6 +136,7 @@ class Series:
         "key",
         "memo",
         "reach",
+        "slot",
         "start",
         "steps",
         "times",
@@ -165,6 +167,8 @@ class Series:
         self.watch: Any = None
         """The rules that watch this series, by rule set (the last few that looked: `rules/evaluate.py`
         `RuleSet.watch`): a cache, found with no hash of the key."""
+        self.slot = -1
+        """Its place in the buffer's inbox (`alertd.inbox`; -1: none, as before one is opened)."""
 
     def __len__(self) -> int:
         return len(self.times) - self.start
@@ -288,6 +292,16 @@ class SeriesBuffer:
         self._forgotten: dict[SeriesKey, tuple[int, int]] = {}
         """Evicted series: their generation and end position, where a series of that key goes on."""
         self._evicted_now: set[str] = set()
+        self.inbox: Inbox | None = None
+        """What each append brought, for a column-wise reader (`open_inbox`; None until one asks)."""
+
+    def open_inbox(self) -> Inbox:
+        """The inbox (`alertd.inbox`), opened at this version where none is: every series given a slot."""
+        if self.inbox is None:
+            self.inbox = Inbox(self.version)
+            for series in self._series.values():
+                self.inbox.take(series)
+        return self.inbox
 
     def __len__(self) -> int:
         return len(self._series)
@@ -307,6 +321,9 @@ class SeriesBuffer:
         `now` is the arrival time (the service's clock); a replay gives none, and gives the samples' `columns`
         (`alertd.columns`: the same samples, row for row), so that a large batch is not taken apart again.
         """
+        inbox = self.inbox
+        if inbox is not None:
+            inbox.begin(self.version, len(self._series))
         if isinstance(samples, list) and len(samples) >= _BULK_SMALL:
             done = self._append_bulk(samples, now, columns)
             if done is not None:
@@ -317,6 +334,8 @@ class SeriesBuffer:
         series_map = self._series
         limit = MAX_TIME if now is None else min(MAX_TIME, now + self.limits.max_future_skew)
         dropped: set[str] = set()
+        if inbox is not None:  # each sample's row (`alertd.inbox`), written as it goes in
+            slot_row, sample_row = inbox.slots.append, inbox.samples.append
         for sample in samples:
             key = sample.series
             series = touched.get(key)
@@ -337,8 +356,13 @@ class SeriesBuffer:
                 time = fixed
                 sample = sample._replace(time=time)
             restart = series.append(time, sample.step, sample.value)
+            if inbox is not None:
+                slot_row(series.slot)
+                sample_row(sample)
             if restart is not None:
                 restarts.append(restart)
+                if inbox is not None:
+                    inbox.stir(series.slot)
             latest = max(latest, sample.time)
             if key.metric == FINISHED_METRIC:
                 self._note_finished(key, sample.time, sample.value)
@@ -357,15 +381,25 @@ class SeriesBuffer:
             series = touched.get(key) or series_map.get(key)
             if series is None:
                 series = series_map[key] = Series(key, self.limits.reaches())
+                if self.inbox is not None:
+                    self.inbox.take(series)
             if math.isfinite(horizon):
                 series.append(horizon, None, float(counter[source]))
                 touched[key] = series
+                if self.inbox is not None:
+                    self.inbox.stir(series.slot)
         self.version += 1
+        inbox = self.inbox
         for key, series in touched.items():
+            base = series.base
             series.evict(self.limits, horizon)
             self._changed.pop(key, None)  # Re-insert: the dict stays ordered by last change.
             self._changed[key] = series
             series.changed = self.version
+            if inbox is not None and series.base != base and len(series.times) - series.start < 2:
+                inbox.stir(series.slot)  # evicted down to its newest: no sample before it to compare with
+        if inbox is not None:
+            inbox.mark(self.version)
 
     def _append_bulk(self, samples: list[Sample], now: float | None, columns: Columns | None) -> bool | None:
         """`append` column-wise, where the batch allows it (see the module docstring): True when done,
@@ -401,6 +435,8 @@ class SeriesBuffer:
                 assert series is not None  # the limits were checked above
                 self._note_writer(key, float(t[0]))
             touched[key] = series
+            if self.inbox is not None:
+                self.inbox.stir(series.slot)  # many samples at once: the reader looks at them
             series.note_order(t)
             series.times.frombytes(t.tobytes())
             series.values.frombytes(v.tobytes())
@@ -481,6 +517,8 @@ class SeriesBuffer:
             self._per_source[source] += 1
             self._counted += 1
         series = self._series[key] = Series(key, self.limits.reaches())
+        if self.inbox is not None:
+            self.inbox.take(series)
         gone = self._forgotten.pop(key, None)
         if gone is not None:  # back after it was evicted: on from where it was, in a new generation
             series.generation = gone[0] + 1
@@ -539,6 +577,8 @@ class SeriesBuffer:
         """Forget `key`'s series (see the module docstring); counted, logged once per source."""
         series = self._series.pop(key)
         self._changed.pop(key, None)
+        if self.inbox is not None:
+            self.inbox.drop(series)
         source = key.label("source") or ""
         self._per_source[source] -= 1
         self._counted -= 1
@@ -675,8 +715,12 @@ class SeriesBuffer:
 
     def evict_all(self, now: float) -> None:
         """Apply the age limit to every series (call now and then: idle series age out too)."""
+        inbox = self.inbox
         for series in self._series.values():
+            base = series.base
             series.evict(self.limits, now)
+            if inbox is not None and series.base != base and len(series.times) - series.start < 2:
+                inbox.stir(series.slot)  # (with the next append's rows: `alertd.inbox`)
 
     def sample_count(self) -> int:
         """The number of buffered samples."""
