@@ -80,7 +80,7 @@ def tracks(batches: list[list[Sample]], in_place: bool) -> dict[tuple[str, Serie
     for batch in batches:
         buffer.append(batch)
         state = evaluate(ruleset, buffer, batch[-1].time, state, in_place=in_place).state
-    return {p: tuple(repr(getattr(tr, f)) for f in Track.__slots__) for p, tr in state.tracks.items()}
+    return {p: tuple(repr(getattr(tr, f)) for f in Track.FIELDS) for p, tr in state.tracks.items()}
 
 
 @settings(max_examples=100, deadline=None)
@@ -104,7 +104,7 @@ def ticked(data: list[Sample], lags: list[float], until: float, in_place: bool) 
         state, out = ev.state, out + list(ev.transitions)
     ev = evaluate(ruleset, buffer, until, state, in_place=in_place)
     out += ev.transitions
-    fields = {p: tuple(repr(getattr(tr, f)) for f in Track.__slots__) for p, tr in ev.state.tracks.items()}
+    fields = {p: tuple(repr(getattr(tr, f)) for f in Track.FIELDS) for p, tr in ev.state.tracks.items()}
     return sorted((t.time, t.rule, t.state.value, t.labels) for t in out), fields, dict(ev.state.timers)
 
 
@@ -130,7 +130,7 @@ def test_the_service_tick_gives_what_one_batch_gives(spec, lags, tail, ended, in
     buffer.append(data)
     one = evaluate(ruleset, buffer, data[-1].time)
     last = evaluate(ruleset, buffer, until, one.state)
-    fields = {p: tuple(repr(getattr(tr, f)) for f in Track.__slots__) for p, tr in last.state.tracks.items()}
+    fields = {p: tuple(repr(getattr(tr, f)) for f in Track.FIELDS) for p, tr in last.state.tracks.items()}
     batch = sorted((t.time, t.rule, t.state.value, t.labels) for t in [*one.transitions, *last.transitions])
     got, got_fields, got_timers = ticked(data, lags, until, in_place)
     assert (got, got_fields) == (batch, fields)
@@ -158,9 +158,9 @@ def test_an_evaluation_not_in_place_leaves_the_previous_state_as_it_was(spec) ->
     state = EvalState()
     for s in data:
         buffer.append([s])
-        before = {p: tuple(repr(getattr(tr, f)) for f in Track.__slots__) for p, tr in state.tracks.items()}
+        before = {p: tuple(repr(getattr(tr, f)) for f in Track.FIELDS) for p, tr in state.tracks.items()}
         new = evaluate(ruleset, buffer, s.time, state).state
-        assert {p: tuple(repr(getattr(tr, f)) for f in Track.__slots__) for p, tr in state.tracks.items()} == before
+        assert {p: tuple(repr(getattr(tr, f)) for f in Track.FIELDS) for p, tr in state.tracks.items()} == before
         state = new
 
 

@@ -33,7 +33,7 @@ from alertd.model import (
     format_time,
     value_text,
 )
-from alertd.rules.conditions import Absent, judge_range
+from alertd.rules.conditions import Absent, Spike, judge_range
 from alertd.rules.expr import Expr
 from alertd.rules.expr_join import (
     MAX_STEP,
@@ -46,6 +46,15 @@ from alertd.rules.expr_join import (
     resolved,
     rewound,
     watermark,
+)
+from alertd.rules.parking import (
+    Judge,
+    ParkedTimers,
+    ParkedTracks,
+    Parking,
+    column_judge,
+    raw_timers,
+    raw_tracks,
 )
 from alertd.rules.peers import Group, instants, judge, next_instant
 from alertd.rules.rule import Rule
@@ -116,13 +125,22 @@ class EvalState:
     active: frozenset[PairKey] | None = None
     """The pairs whose track is pending or firing (None: not known, look at every track)."""
     written: frozenset[PairKey] = frozenset()
-    """The pairs whose track the evaluation that made this state changed (or dropped)."""
+    """The pairs whose track the evaluation that made this state changed (or dropped), but for the parked pairs
+    that only noted a sample (`parking`)."""
     joins: Mapping[JoinKey, Join] | None = None
     """Per (expr rule, run), where its judging stands (None: not known, as after a reload or a restart:
     found again from the buffer)."""
     peers: Mapping[GroupKey, Group] | None = None
     """Per (peers rule, group), its members and the instants judged (None: not known, found again from the
     buffer, each group going on from its newest sample)."""
+    parking: Parking | None = None
+    """The quiet pairs judged column-wise (`rules/parking.py`; the service's chain): `tracks` settles each as it is
+    read, and a tick that notes a new sample on a parked pair leaves it out of `written` (`Parking.take_changed`)."""
+
+    def take_parked(self) -> set[PairKey]:
+        """The parked pairs that noted samples since the last call (`Parking.take_changed`): with `written`, what a
+        save writes."""
+        return self.parking.take_changed() if self.parking is not None else set()
 
     def active_pairs(self) -> frozenset[PairKey]:
         """The pairs whose track is pending or firing."""
@@ -141,9 +159,10 @@ class EvalState:
         by_name = {r.name: r for r in rules}
         kept: Made = {}
         made = memo.made if memo is not None else None
+        tracks = raw_tracks(self.tracks)  # an active pair is never parked
         for pair in self.active_pairs():
             name, key = pair
-            tr = self.tracks.get(pair)
+            tr = tracks.get(pair)
             rule = by_name.get(name)
             if rule is None or tr is None or tr.state is AlertState.INACTIVE:
                 continue
@@ -197,6 +216,14 @@ class RuleSet:
         """The rules one of whose annotations reads `time` (an RFC 3339 text is made for those only: 2 us an alert)."""
         self._memo: dict[SeriesKey, tuple[Rule, ...]] = {}
         self._labels: dict[PairKey, Labels] = {}
+        self.columns: list[tuple[Rule, Judge | Spike | Absent]] = []
+        """The rules whose quiet pairs are parked (`rules/parking.py`), each with its column-wise judge."""
+        self._column: dict[str, int] = {}
+        for rule in self.rules:
+            judged = column_judge(rule)
+            if judged is not None:
+                self._column[rule.name] = len(self.columns)
+                self.columns.append((rule, judged))
 
     def for_series(self, key: SeriesKey) -> tuple[Rule, ...]:
         """The rules that watch `key`."""
@@ -227,7 +254,7 @@ class RuleSet:
                 kept.clear()
             rules = self.for_series(series.key)
             pairs = tuple(
-                (r, (r.name, series.key), r.condition.check, r.absent, r.consecutive)
+                (r, (r.name, series.key), r.condition.check, r.absent, r.consecutive, self._column.get(r.name, -1))
                 for r in rules
                 if r.expr is None and r.peers is None
             )
@@ -246,9 +273,10 @@ class Watch(NamedTuple):
     """The rules of one rule set that watch one series (`RuleSet.watch`)."""
 
     rules: tuple[Rule, ...]
-    pairs: tuple[tuple[Rule, PairKey, Callable[[Series, int], bool], Absent | None, int], ...]
+    pairs: tuple[tuple[Rule, PairKey, Callable[[Series, int], bool], Absent | None, int, int], ...]
     """The rules stepped series by series (all but `expr` and `peers` rules), each with its pair, its condition's
-    `check`, its `absent` and its `consecutive` (read at every tick)."""
+    `check`, its `absent`, its `consecutive` (read at every tick) and its column where its quiet pairs are parked
+    (`RuleSet.columns`; -1: never)."""
     others: tuple[Rule, ...]
     """The `expr` and `peers` rules, judged per run and per group (each tick hands them on as they are)."""
 
@@ -264,18 +292,36 @@ def alert_labels(rule: Rule, key: SeriesKey) -> Labels:
 class _Run:
     """The working state of one evaluation."""
 
-    def __init__(self, ruleset: RuleSet, buffer: SeriesBuffer, prev: EvalState, in_place: bool = False) -> None:
+    def __init__(
+        self,
+        ruleset: RuleSet,
+        buffer: SeriesBuffer,
+        prev: EvalState,
+        in_place: bool = False,
+        parking: Parking | None = None,
+    ) -> None:
         self.ruleset = ruleset
         self.buffer = buffer
-        self.tracks: Mapping[PairKey, Track] = prev.tracks  # copied on the first change (_tracks_w)
-        self.timers: Mapping[PairKey, float] = prev.timers  # copied on the first change (_timers_w)
+        self.parking = parking
+        """This chain's parked pairs (`rules/parking.py`), where it keeps any."""
+        self.prev_tracks = raw_tracks(prev.tracks)
+        self.tracks: Mapping[PairKey, Track] = self.prev_tracks  # copied on the first change (_tracks_w)
+        self.timers: Mapping[PairKey, float] = raw_timers(prev.timers)  # copied on the first change (_timers_w)
         # True once the mapping is this evaluation's own to change (copied, or handed over: `in_place`)
-        self._own_tracks = in_place and type(prev.tracks) is dict
-        self._own_timers = in_place and type(prev.timers) is dict
+        self._own_tracks = in_place and type(self.tracks) is dict
+        self._own_timers = in_place and type(self.timers) is dict
+        old = prev.parking
+        if old is not None and old is not parking:  # a chain that does not go on with its parked pairs
+            if in_place:
+                restore = old.release()  # handed over: each back, settled, with its timer
+            else:
+                old.settle_all()  # read settled, left parked for their chain
+                restore = list(old.timers())
+            self.timers, self._own_timers = {**self.timers, **dict(restore)}, True
         # True when the previous state is handed over (`in_place`): its tracks are nobody else's to keep, so a tick's
         # note on a steady one is made on it (`quiet_ticks`), not on a copy
         self._handed = self._own_tracks
-        self._timed = {name for name, _ in prev.timers}
+        self._timed = {name for name, _ in self.timers}
         """The rules with a timer (or that had one): a pair of any other rule has none, found with no hash of it."""
         self.written: set[PairKey] = set()
         self.prev = prev
@@ -411,7 +457,7 @@ class _Run:
         A steady track, the state handed over (`in_place`), is noted on in place (`EvalState.alerts`' memo tells a
         firing one's alert made before the note by the position it was made at). The condition, should it raise, is
         judged again by `track` (a condition is a function of the series, its memo only a cache)."""
-        ruleset, handed = self.ruleset, self._handed
+        ruleset, handed, parking = self.ruleset, self._handed, self.parking
         firing_state, inactive, note, timed = AlertState.FIRING, AlertState.INACTIVE, self.written.add, self._timed
         ends = self.buffer.any_run_finished()  # else no run's end resolves a firing pair
         for series in changed:
@@ -420,6 +466,8 @@ class _Run:
             if watch is None:
                 watch = ruleset.watch(series)
             if not watch.rules:
+                if parking is not None:
+                    parking.idle(series)
                 continue
             times, base, start = series.times, series.base, series.start
             i = len(times) - 1  # the newest sample's array index
@@ -431,8 +479,11 @@ class _Run:
             rest = list(watch.others)
             t, step = times[i], series.steps[i]
             noted = (series.values[i], None if step == NO_STEP else step, t, seen + 1)
-            for rule, pair, check, absent, need in watch.pairs:
+            parks = len(watch.pairs) if not watch.others else -1  # the pairs to park for the series to be passed by
+            for rule, pair, check, absent, need, col in watch.pairs:
                 old = tracks.get(pair)
+                if old is not None and old.park is not None and old.park.owner is parking:
+                    continue  # parked: judged column-wise (`Parking.tick`)
                 if (
                     old is None
                     or old.generation != generation
@@ -475,8 +526,28 @@ class _Run:
                 note(pair)
                 if due is not None or rule.name in timed:
                     self._retime(pair, due)
+                parked = col >= 0 and parking is not None and not firing and tr is old
+                if parked and parking.park(col, series, pair, tr, parks) and due is not None:  # type: ignore[union-attr]
+                    del self._timers_w()[pair]  # the parking's now (`AbsentColumn`)
             if rest:
                 yield series, rest
+
+    def changed_series(self, now: float) -> Iterable[Series]:
+        """The series the tick visits: those appended to since the last evaluation, but for the series whose pairs
+        are all parked and stay so (`Parking.tick`, on the inbox's rows); the timers of the pairs it hands back
+        (their absence's) set again."""
+        parking, version = self.parking, self.prev.version
+        visit = None
+        if parking is not None and parking.version == version:
+            rows = parking.inbox.since(version)
+            if rows is not None:
+                visit = parking.tick(rows, now, self.buffer.ended_since(version))
+        if parking is not None:
+            restore = parking.release() if visit is None else parking.restore
+            for pair, due in restore:
+                self._set_timer(pair, due)
+            restore.clear()
+        return self.buffer.changed_since(version) if visit is None else visit
 
     def _retime(self, pair: PairKey, due: float | None) -> None:
         """The pair's timer after it was stepped: at `due`, its next time-based change, or none."""
@@ -641,7 +712,7 @@ class _Run:
         if rule.expr is not None:
             now, inclusive = self._expr_horizon(rule.expr, pair, now)
         tr = self.tracks[pair]
-        if tr is self.prev.tracks.get(pair):
+        if tr is self.prev_tracks.get(pair):
             tr = self._tracks_w()[pair] = tr.copy()
             self.written.add(pair)
         self._rule, self._key = rule, pair[1]
@@ -702,15 +773,23 @@ class _Run:
 
 
 def evaluate(
-    ruleset: RuleSet, buffer: SeriesBuffer, now: float, prev: EvalState | None = None, *, in_place: bool = False
+    ruleset: RuleSet,
+    buffer: SeriesBuffer,
+    now: float,
+    prev: EvalState | None = None,
+    *,
+    in_place: bool = False,
+    park: bool = True,
 ) -> Evaluation:
     """Evaluate every rule on the samples that are new since `prev`, and on time up to `now`.
 
     `in_place`: `prev` is not used again by anyone (the service's engine): its track and timer mappings
     become the new state's, changed where they change, instead of being copied (10,000 series: no copy
-    of 10,000 entries per evaluation)."""
+    of 10,000 entries per evaluation); and its quiet pairs are parked, judged column-wise (`rules/parking.py`),
+    unless `park` is False (the same transitions and tracks, every pair stepped)."""
     prev = prev or EvalState()
-    run = _Run(ruleset, buffer, prev, in_place)
+    parking = _parking(ruleset, buffer, prev) if in_place and park else None
+    run = _Run(ruleset, buffer, prev, in_place, parking)
     if ruleset.exprs and prev.joins is None and prev.version > 0:
         run.rebuild_joins()
     if ruleset.peers and prev.peers is None and prev.version > 0:
@@ -729,17 +808,38 @@ def evaluate(
         active = {p for p in active if p in run.tracks}
         run.written |= prev.tracks.keys() - run.tracks.keys()
     run.transitions.sort(key=attrgetter("time", "rule", "labels"))
+    tracks, timers = run.tracks, run.timers
+    if parking is not None:
+        parking.version = buffer.version
+        if type(tracks) is dict:  # (pairs are parked only on tracks handed over)
+            tracks = ParkedTracks(tracks, parking)
+        if parking.absences and type(timers) is dict:
+            timers = ParkedTimers(timers, parking)
     state = EvalState(
-        run.tracks,
-        run.timers,
+        tracks,
+        timers,
         buffer.version,
         frozenset(ruleset.by_name),
         frozenset(active),
         frozenset(run.written),
         run.joins,
         run.groups,
+        parking,
     )
     return Evaluation(now, state, tuple(run.transitions), run.errors)
+
+
+def _parking(ruleset: RuleSet, buffer: SeriesBuffer, prev: EvalState) -> Parking | None:
+    """The parking of a chain going on from `prev`: its own where it had one under `ruleset` on this buffer (the
+    tick checks it saw the version before, `_Run.changed_series`), else a new one (none where no rule parks)."""
+    old = prev.parking
+    if old is not None and old.ruleset is ruleset and old.inbox is buffer.inbox:
+        return old
+    if not ruleset.columns:
+        return None
+    parking = Parking(ruleset, buffer.open_inbox())
+    parking.version = prev.version
+    return parking
 
 
 def _reads_time(rule: Rule) -> bool:
@@ -761,7 +861,7 @@ def _new_samples(run: _Run, now: float) -> set[PairKey]:
     touched: set[PairKey] = set()
     runs: dict[JoinKey, set[str]] = {}
     groups: dict[GroupKey, set[SeriesKey]] = {}
-    for series, rules in run.quiet_ticks(run.buffer.changed_since(run.prev.version), now):
+    for series, rules in run.quiet_ticks(run.changed_series(now), now):
         for rule in rules:
             if exprs and rule.expr is not None:
                 runs.setdefault((rule.name, series.key.labels), set()).add(series.key.metric)

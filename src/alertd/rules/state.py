@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from alertd.model import AlertState, TransitionKind
 from alertd.rules.rule import Rule
@@ -33,7 +34,9 @@ class Track:
         "generation",
         "keep_since",
         "last_time",
+        "park",
         "position",
+        "slot",
         "state",
         "step",
         "streak",
@@ -56,6 +59,13 @@ class Track:
         self.step: int | None = None
         self.time = 0.0
         self.annotations: tuple[tuple[str, str], ...] = ()
+        self.park: Any = None
+        """The column of the parking where its pair is parked (`rules/parking.py`), its slot there; None: not."""
+        self.slot = -1
+
+    FIELDS = ("active_at", "annotations", "clock", "cond", "fired_at", "generation", "keep_since", "last_time",
+              "position", "state", "step", "streak", "time", "value")  # fmt: skip
+    """What the track says (its other slots are where it is parked)."""
 
     def copy(self) -> Track:
         """A shallow copy to change without touching the previous evaluation's state."""
@@ -65,6 +75,7 @@ class Track:
         new.state, new.active_at, new.fired_at = self.state, self.active_at, self.fired_at
         new.keep_since, new.last_time, new.value = self.keep_since, self.last_time, self.value
         new.step, new.time, new.annotations = self.step, self.time, self.annotations
+        new.park, new.slot = None, -1
         return new
 
 

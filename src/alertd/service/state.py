@@ -147,6 +147,8 @@ class StateKeeper:
                 self._cursor_due.discard(name)
         cursors = {n: c for n, c in self._cursors.items() if n in sources}
         dirty = frozenset(engine.dirty) if engine.dirty is not None else None
+        parked = engine.state.take_parked()  # the parked pairs that noted samples: not in `written`
+        dirty = dirty | parked if dirty is not None else None
         snap = Snapshot(engine.state.tracks, rule_fingerprints(engine.ruleset), cursors, self.clock.now(), dirty)
         engine.dirty = set()  # from here on; `failed()` makes the next commit compare everything
         write = self.store.writer(snap)

@@ -1,0 +1,513 @@
+"""Parked pairs: the quiet (rule, series) pairs of the service's chain of evaluations, judged column-wise.
+
+The service's tick steps every pair whose series has a new sample. Most are quiet (their alert inactive, their
+condition false) and judge a sample by its value alone, or by it and the value before: a threshold, `nonfinite`,
+`increasing`/`decreasing` (`column_judge`). Such a pair, once a tick has stepped it quietly, is parked: its track is
+left as it is, and each tick judges the parked pairs of each rule at once on the buffer's inbox (`alertd.inbox`, the
+rows the appends wrote: series slot, value, time, step), with numpy. A pair whose condition holds there long enough
+to stop being quiet (its streak reaching the rule's `consecutive`), or whose series is stirred (a restart, several
+samples in one tick, an eviction down to one sample, its series forgotten), is handed back (`unpark`) as the sample
+before found it, and the tick steps it as any other. A series whose pairs are all parked (or that no rule watches)
+is not visited at all: the tick's cost follows the pairs that can change.
+
+A parked track is settled for any reader: the parking keeps, by slot, the last sample its pairs saw (value, time,
+step, the series' end) and, by rule and slot, the streak; `ParkedTracks`, the state's tracks while pairs are parked,
+writes them on a track as it is read (`settle`), so every reader but the evaluation sees the tracks the sample by
+sample chain would have. What a save must write (`take_changed`) is the parked pairs whose series had rows since the
+last save, beside the pairs the evaluations wrote (`EvalState.written`).
+
+A parking belongs to one chain (`evaluate`'s `in_place`, under one `RuleSet`, at the buffer version it saw last):
+anything else (another rule set, a version it did not see, an inbox cleared before it read it) releases it, every
+parked track settled and handed back first.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, KeysView, Mapping
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
+
+from alertd._np import np
+from alertd.buffer import NO_STEP, Series
+from alertd.inbox import Inbox, Rows
+from alertd.model import Sample, SeriesKey
+from alertd.rules.compare import OPS
+from alertd.rules.conditions import HALF_MAX, Absent, Nonfinite, Spike, Threshold, Trend
+from alertd.rules.rule import Rule
+from alertd.rules.state import Track
+
+if TYPE_CHECKING:
+    from alertd.rules.evaluate import RuleSet
+
+PairKey = tuple[str, SeriesKey]
+Ended = tuple[set[tuple[str | None, str | None]], set[SeriesKey]]
+"""The runs that ended and the series taken over (`SeriesBuffer.ended_since`)."""
+Judge = Callable[[Any, Any], Any]
+"""(the new values, the values before them) -> where the condition holds (numpy arrays)."""
+
+
+def column_judge(rule: Rule) -> Judge | Spike | Absent | None:
+    """How the rule's quiet pairs are judged parked: a threshold, `nonfinite` and a trend by a `Judge` that gives the
+    answers of the condition's `check` on a series' newest sample (the sample before it in the buffer); a spike over
+    a median by the extremes of its window (`SpikeColumn`); None where the rule is never parked (an absence, any
+    other window, an `expr` or `peers` rule)."""
+    if rule.expr is not None or rule.peers is not None:
+        return None
+    if rule.absent is not None:
+        return rule.absent
+    cond = rule.condition
+    if isinstance(cond, Threshold):
+        op, value = OPS[cond.op], cond.value
+        return lambda v, _: (v == v) & op(v, value)
+    if isinstance(cond, Nonfinite):
+        return lambda v, _: ~np.isfinite(v)
+    if isinstance(cond, Trend):
+        delta = cond.min_delta
+        if cond.direction == "increasing":
+            return lambda v, before: np.isfinite(v) & np.isfinite(before) & (v - before > delta)
+        return lambda v, before: np.isfinite(v) & np.isfinite(before) & (before - v > delta)
+    if isinstance(cond, Spike) and cond.stat == "median":
+        return cond
+    return None
+
+
+class Column:
+    """One rule's parked pairs, by slot."""
+
+    __slots__ = ("count", "owner", "parked", "rule", "tracks")
+
+    def __init__(self, owner: Parking, rule: Rule, size: int) -> None:
+        self.owner = owner
+        self.rule = rule
+        self.parked = np.zeros(size, bool)
+        self.tracks: dict[int, tuple[PairKey, Track]] = {}
+        self.count = 0
+
+    def grow(self, size: int) -> None:
+        self.parked = _grown(self.parked, size)
+
+    def start(self, slot: int, tr: Track, series: Series) -> bool:
+        """Note a pair parked at `slot` (its track `tr`, just stepped to the series' newest sample); False where it
+        can't be."""
+        raise NotImplementedError
+
+    def judge(self, at: Any, values: Any, before: Any, good: Any, samples: Any, now: float) -> Any:
+        """For the rows of parked pairs (their slots `at`, new values, the values before, whether each is the slot's
+        one plain new sample, the samples) at `now`: where a pair must be handed back; the others' state moved on."""
+        raise NotImplementedError
+
+    def streak(self, slot: int) -> int:
+        return 0
+
+    def unparked(self, slot: int, pair: PairKey) -> None:
+        """`pair`, parked at `slot`, is handed back."""
+
+
+class ValueColumn(Column):
+    """A threshold, `nonfinite` or trend: the condition judged on each new value (and the one before), and the
+    streak counted towards `consecutive`; handed back where it reaches it."""
+
+    __slots__ = ("need", "streaks", "test")
+
+    def __init__(self, owner: Parking, rule: Rule, test: Judge, size: int) -> None:
+        super().__init__(owner, rule, size)
+        self.test = test
+        self.need = rule.consecutive
+        self.streaks = np.zeros(size, np.int64)
+
+    def grow(self, size: int) -> None:
+        super().grow(size)
+        self.streaks = _grown(self.streaks, size)
+
+    def start(self, slot: int, tr: Track, series: Series) -> bool:
+        self.streaks[slot] = tr.streak
+        return True
+
+    def judge(self, at: Any, values: Any, before: Any, good: Any, samples: Any, now: float) -> Any:
+        holds = self.test(values, before) & good
+        streak = np.where(holds, self.streaks[at] + 1, 0)
+        out = ~good | (streak >= self.need)
+        stay = ~out
+        self.streaks[at[stay]] = streak[stay]
+        return out
+
+    def streak(self, slot: int) -> int:
+        return int(self.streaks[slot])
+
+
+class SpikeColumn(Column):
+    """A spike over a median: a new value is no spike where it is `ratio` times short of a bound of every value its
+    baseline can hold (up: a least value, down: a greatest), as `Spike._settled_still` settles one; anything else is
+    handed back, judged exactly. The bound, found at parking over the window of the newest sample (which holds every
+    older value a later baseline can: a window by samples moves on, one by time too while the times ascend, which
+    a row going back in time breaks), takes in each new value."""
+
+    __slots__ = ("bound", "spike", "up")
+
+    def __init__(self, owner: Parking, rule: Rule, spike: Spike, size: int) -> None:
+        super().__init__(owner, rule, size)
+        self.spike = spike
+        self.up = spike.direction == "up"
+        self.bound = np.zeros(size)
+
+    def grow(self, size: int) -> None:
+        super().grow(size)
+        self.bound = _grown(self.bound, size)
+
+    def start(self, slot: int, tr: Track, series: Series) -> bool:
+        spike, i = self.spike, len(series.times) - 1
+        if tr.streak or i < series.start:
+            return False
+        if spike.seconds is not None:
+            lo = bisect_left(series.times, series.times[i] - spike.seconds, series.earliest(i), i)
+            if series.disorder > series.base + lo - series.start:  # times not ascending from the window's start
+                return False
+        else:
+            lo = max(series.start, i - (spike.samples or 0))
+        window = np.frombuffer(series.values[lo : i + 1], np.float64)  # (a copy's view)
+        window = window[np.isfinite(window)]
+        if not len(window):
+            return False
+        self.bound[slot] = window.min() if self.up else window.max()
+        return True
+
+    def judge(self, at: Any, values: Any, before: Any, good: Any, samples: Any, now: float) -> Any:
+        bound, ratio = self.bound[at], self.spike.ratio
+        finite = np.isfinite(values)
+        if self.up:
+            sure = (values >= 0) & (bound > 0) & (bound < np.inf) & (values / bound < ratio)
+        else:
+            sure = (values > 0) & (bound > 0) & (bound < HALF_MAX) & (values / bound > ratio)
+        sure |= ~finite
+        if self.spike.seconds is not None:  # a row back in time: the window's start may go back
+            times = np.fromiter(map(_time, samples), np.float64, len(samples))
+            last = np.fromiter(map(_time, self.owner.last[at]), np.float64, len(at))
+            sure &= times >= last
+        out = ~good | ~sure
+        stay = ~out & finite
+        moved = values[stay]
+        kept = self.bound[at[stay]]
+        self.bound[at[stay]] = np.minimum(kept, moved) if self.up else np.maximum(kept, moved)
+        return out
+
+
+class AbsentColumn(Column):
+    """An absence: a parked pair's timer (`EvalState.timers`) is kept here, by slot (`dues`), and moved on by each new
+    sample as `_Run.quiet_ticks` moves a quiet one's, while the absence it timed is not due before the sample. A timer
+    that falls due by the tick's `now` (`due`), a run that ends or a series taken over (`ended`) hand the pair back,
+    with its timer (`Parking.restore`): the evaluation's timers then run the absence as any other's."""
+
+    __slots__ = ("dues", "seconds")
+
+    def __init__(self, owner: Parking, rule: Rule, absent: Absent, size: int) -> None:
+        super().__init__(owner, rule, size)
+        self.seconds = absent.seconds
+        self.dues = np.zeros(size)
+
+    def grow(self, size: int) -> None:
+        super().grow(size)
+        self.dues = _grown(self.dues, size)
+
+    def start(self, slot: int, tr: Track, series: Series) -> bool:
+        if tr.last_time is None:
+            return False
+        self.dues[slot] = tr.last_time + self.seconds
+        return True
+
+    def judge(self, at: Any, values: Any, before: Any, good: Any, samples: Any, now: float) -> Any:
+        times = np.fromiter(map(_time, samples), np.float64, len(samples))
+        out = ~good | (self.dues[at] < times)  # (one due by `now` is handed back after the rows: `due`)
+        stay = ~out
+        self.dues[at[stay]] = times[stay] + self.seconds
+        return out
+
+    def unparked(self, slot: int, pair: PairKey) -> None:
+        self.owner.restore.append((pair, float(self.dues[slot])))
+
+    def due(self, now: float) -> None:
+        """Hand back the pairs whose timer is due by `now`."""
+        if self.count:
+            for slot in np.flatnonzero(self.parked & (self.dues <= now)).tolist():
+                self.owner._unpark(self, slot)
+
+    def ended(self, runs: set[tuple[str | None, str | None]], taken: set[SeriesKey]) -> None:
+        """Hand back the pairs whose run ended or whose series another process took over."""
+        for slot, (pair, _) in list(self.tracks.items()):
+            key = pair[1]
+            if key in taken or (key.label("source"), key.label("run")) in runs:
+                self.owner._unpark(self, slot)
+
+
+_time = itemgetter(1)
+"""A `Sample`'s time."""
+
+
+def _grown(a: Any, size: int) -> Any:
+    out = np.zeros(size, a.dtype)
+    out[: len(a)] = a
+    return out
+
+
+class Parking:
+    """The parked pairs of one chain of evaluations (see the module docstring)."""
+
+    __slots__ = ("absences", "changed", "cols", "end", "inbox", "last", "nparked", "restore", "ruleset", "settled",
+                 "size", "value", "version")  # fmt: skip
+
+    def __init__(self, ruleset: RuleSet, inbox: Inbox) -> None:
+        self.ruleset = ruleset
+        self.inbox = inbox
+        self.version = -1
+        """The buffer version the chain last saw (`evaluate` sets it)."""
+        self.size = size = max(64, len(inbox.series))
+        self.cols: list[Column] = [_column(self, rule, kind, size) for rule, kind in ruleset.columns]
+        self.absences = [col for col in self.cols if isinstance(col, AbsentColumn)]
+        self.restore: list[tuple[PairKey, float]] = []
+        """The timers of the pairs handed back (`AbsentColumn`), for the evaluation's timers."""
+        # the last sample the parked pairs of each slot saw (its value apart, for the trends), the series' end after it
+        self.last = np.zeros(size, object)
+        self.value = np.zeros(size)
+        self.end = np.zeros(size, np.int64)
+        self.nparked = np.zeros(size, np.int64)
+        """The parked pairs of each slot."""
+        self.settled = np.zeros(size, bool)
+        """The slots whose pairs are all parked (or that no rule watches): not visited."""
+        self.changed = np.zeros(size, bool)
+        """The slots with rows since the last save (`take_changed`)."""
+
+    def _grow(self) -> None:
+        size = self.size
+        while size < len(self.inbox.series):
+            size *= 2
+        if size == self.size:
+            return
+        self.size = size
+        for name in ("last", "value", "end", "nparked", "settled", "changed"):
+            setattr(self, name, _grown(getattr(self, name), size))
+        for col in self.cols:
+            col.grow(size)
+
+    def tick(self, rows: Rows, now: float, ended: Ended) -> list[Series]:
+        """Judge the parked pairs on the rows since the last tick at `now`; hand back those that stop being quiet, whose
+        series is stirred, whose timer is due or whose run `ended`; the series the tick must still visit (each
+        once)."""
+        self._grow()
+        if ended[0] or ended[1]:
+            for col in self.absences:
+                col.ended(*ended)
+        visit = self._rows(rows, now)
+        for col in self.absences:
+            col.due(now)
+        return visit
+
+    def _rows(self, rows: Rows, now: float) -> list[Series]:
+        slots, stirred = rows.slots, rows.stirred
+        if len(stirred):
+            for col in self.cols:  # each pair on a stirred slot handed back, whether or not it has rows
+                if col.count:
+                    for slot in dict.fromkeys(stirred[col.parked[stirred]].tolist()):
+                        self._unpark(col, slot)
+        if not len(slots):
+            return []
+        bad = np.bincount(slots, minlength=self.size) > 1  # several samples since the last tick
+        bad[stirred] = True
+        clean = ~bad[slots]
+        values = rows.values
+        with np.errstate(all="ignore"):
+            for col in self.cols:
+                if not col.count:
+                    continue
+                mine = np.flatnonzero(col.parked[slots])
+                if not len(mine):
+                    continue
+                at = slots[mine]
+                out = col.judge(at, values[mine], self.value[at], clean[mine], rows.samples[mine], now)
+                for slot in dict.fromkeys(at[out].tolist()):  # (a slot with several rows has them all out)
+                    self._unpark(col, slot)
+        at = slots[clean]  # one row each
+        self.value[at] = values[clean]
+        self.last[at] = rows.samples[clean]
+        self.end[at] += 1
+        self.changed[at] = True
+        visit = ~self.settled[slots]
+        first = slots[visit & clean]
+        again = slots[visit & ~clean]
+        if len(again):
+            first = np.concatenate((first, np.unique(again)))
+        series = self.inbox.series
+        return [s for slot in first.tolist() if (s := series[slot]) is not None]
+
+    def park(self, col: int, series: Series, pair: PairKey, tr: Track, pairs: int) -> bool:
+        """Park `pair`, quiet after its step to the series' newest sample; `pairs`: the pairs a tick steps on the
+        series (-1: some are never parked). Whether it is parked (its timer, if any, is then the parking's)."""
+        slot = series.slot
+        if slot < 0 or slot >= self.size or self.inbox.series[slot] is not series:
+            return False
+        column = self.cols[col]
+        if column.parked[slot] or not column.start(slot, tr, series):
+            return False
+        column.parked[slot] = True
+        column.tracks[slot] = (pair, tr)
+        column.count += 1
+        tr.park, tr.slot = column, slot
+        self.value[slot] = tr.value
+        self.last[slot] = Sample(series.key, tr.time, tr.step, tr.value)
+        self.end[slot] = tr.position
+        self.nparked[slot] += 1
+        if self.nparked[slot] == pairs:
+            self.settled[slot] = True
+        return True
+
+    def idle(self, series: Series) -> None:
+        """`series` has no rule: not visited again."""
+        slot = series.slot
+        if 0 <= slot < self.size and self.inbox.series[slot] is series:
+            self.settled[slot] = True
+
+    def _unpark(self, col: Column, slot: int) -> None:
+        pair, tr = col.tracks.pop(slot)
+        col.unparked(slot, pair)
+        self._settle(col, slot, tr)
+        tr.park = None
+        col.parked[slot] = False
+        col.count -= 1
+        self.nparked[slot] -= 1
+        self.settled[slot] = False
+
+    def _settle(self, col: Column, slot: int, tr: Track) -> None:
+        last = self.last[slot]
+        tr.value = float(last.value)
+        step = last.step
+        tr.step = None if step is None or step == NO_STEP else int(step)
+        tr.time = tr.last_time = tr.clock = float(last.time)
+        tr.position = int(self.end[slot])
+        tr.streak = col.streak(slot)
+
+    def settle(self, tr: Track) -> None:
+        """Write on a parked track the last sample its pair saw (a reader's view: it stays parked)."""
+        col = tr.park
+        if col is not None and col.owner is self:
+            self._settle(col, tr.slot, tr)
+
+    def settle_all(self) -> None:
+        """`settle` every parked track."""
+        for col in self.cols:
+            for slot, (_, tr) in col.tracks.items():
+                self._settle(col, slot, tr)
+
+    def release(self) -> list[tuple[PairKey, float]]:
+        """Hand every parked pair back, settled: the chain goes on without this parking; their timers."""
+        for col in self.cols:
+            for slot, (pair, tr) in col.tracks.items():
+                col.unparked(slot, pair)
+                self._settle(col, slot, tr)
+                tr.park = None
+            col.tracks.clear()
+            col.parked[:] = False
+            col.count = 0
+        self.nparked[:] = 0
+        self.settled[:] = False
+        restore, self.restore = self.restore, []
+        return restore
+
+    def timers(self) -> Iterator[tuple[PairKey, float]]:
+        """The parked pairs' timers."""
+        for col in self.absences:
+            for slot, (pair, _) in col.tracks.items():
+                yield pair, float(col.dues[slot])
+
+    def take_changed(self) -> set[PairKey]:
+        """The parked pairs whose series had rows since the last call (a save writes them)."""
+        out: set[PairKey] = set()
+        changed = self.changed
+        for col in self.cols:
+            if col.count:
+                for slot in np.flatnonzero(changed & col.parked).tolist():
+                    out.add(col.tracks[slot][0])
+        changed[:] = False
+        return out
+
+
+class ParkedTracks(Mapping[PairKey, Track]):
+    """The tracks of a state with parked pairs: each track read is settled first (`Parking.settle`)."""
+
+    __slots__ = ("parking", "raw")
+
+    def __init__(self, raw: dict[PairKey, Track], parking: Parking) -> None:
+        self.raw = raw
+        self.parking = parking
+
+    def __getitem__(self, pair: PairKey) -> Track:
+        tr = self.raw[pair]
+        if tr.park is not None:
+            self.parking.settle(tr)
+        return tr
+
+    def get(self, pair: PairKey, default: Any = None) -> Any:
+        tr = self.raw.get(pair)
+        if tr is None:
+            return default
+        if tr.park is not None:
+            self.parking.settle(tr)
+        return tr
+
+    def __contains__(self, pair: object) -> bool:
+        return pair in self.raw
+
+    def __iter__(self) -> Iterator[PairKey]:
+        return iter(self.raw)
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def keys(self) -> KeysView[PairKey]:
+        return self.raw.keys()
+
+    def items(self) -> Any:
+        self.parking.settle_all()
+        return self.raw.items()
+
+    def values(self) -> Any:
+        self.parking.settle_all()
+        return self.raw.values()
+
+
+class ParkedTimers(Mapping[PairKey, float]):
+    """The timers of a state with parked absences: the evaluation's (`raw`) and the parked pairs'."""
+
+    __slots__ = ("parking", "raw")
+
+    def __init__(self, raw: dict[PairKey, float], parking: Parking) -> None:
+        self.raw = raw
+        self.parking = parking
+
+    def _all(self) -> dict[PairKey, float]:
+        return {**self.raw, **dict(self.parking.timers())}
+
+    def __getitem__(self, pair: PairKey) -> float:
+        return self._all()[pair]
+
+    def __iter__(self) -> Iterator[PairKey]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+def raw_timers(timers: Mapping[PairKey, float]) -> Mapping[PairKey, float]:
+    """The evaluation's timers, the parked pairs' left out (the chain's own evaluation)."""
+    return timers.raw if type(timers) is ParkedTimers else timers
+
+
+def _column(owner: Parking, rule: Rule, kind: Judge | Spike | Absent, size: int) -> Column:
+    if isinstance(kind, Spike):
+        return SpikeColumn(owner, rule, kind, size)
+    if isinstance(kind, Absent):
+        return AbsentColumn(owner, rule, kind, size)
+    return ValueColumn(owner, rule, kind, size)
+
+
+def raw_tracks(tracks: Mapping[PairKey, Track]) -> Mapping[PairKey, Track]:
+    """The tracks as they are, parked ones not settled (the chain's own evaluation)."""
+    return tracks.raw if type(tracks) is ParkedTracks else tracks

@@ -1,0 +1,189 @@
+"""The service's chain parks its quiet pairs and judges them column-wise (`alertd.rules.parking`): it gives the
+transitions, tracks, active pairs and timers of a chain that steps every pair, whatever the ticks bring."""
+
+from __future__ import annotations
+
+import math
+
+from core_helpers import rule
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from alertd.buffer import BufferLimits, SeriesBuffer
+from alertd.model import Sample, SeriesKey
+from alertd.rules import RuleSet
+from alertd.rules.evaluate import EvalState, evaluate
+from alertd.rules.parking import ParkedTracks
+from alertd.rules.state import Track
+
+RULES = [
+    rule("{name: nf, metric: loss, condition: nonfinite}"),
+    rule("{name: hi, metric: loss, condition: '> 8', for: 25s, keep_firing_for: 15s}"),
+    rule("{name: lo, metric: [loss, acc], condition: '<= 1', consecutive: 2}"),
+    rule("{name: eq, metric: acc, condition: '== 5'}"),
+    rule("{name: ne, metric: acc, condition: '!= 5', consecutive: 4}"),
+    rule("{name: up, metric: [loss, acc], condition: increasing, consecutive: 3}"),
+    rule("{name: down, metric: acc, condition: {decreasing: {min_delta: 0.5}}, consecutive: 2}"),
+    rule("{name: sp, metric: loss, condition: {spike: {ratio: 2, baseline: 4 samples, min_samples: 2}}}"),
+    rule("{name: drop, metric: acc, condition: {spike: {ratio: 0.5, direction: down, baseline: 30s, min_samples: 1}}}"),
+    rule("{name: gone, metric: [loss, acc], condition: {absent: 35s}}"),
+    rule("{name: avg, metric: loss, condition: {avg: {over: 3 samples}, op: '>', value: 8}}"),
+]
+"""Parked rules (thresholds, nonfinite, trends, spikes over a median of samples and of seconds, up and down,
+absences; `for`, `keep_firing_for`, `consecutive`) beside a rule that never is (an avg), on one metric, and on another
+with parked rules only (`acc`: its series are passed by)."""
+
+values = st.one_of(
+    st.sampled_from([0.5, 1.0, 5.0, 5.0, 5.0, 9.0]), st.floats(0, 10), st.sampled_from([math.nan, math.inf])
+)
+# a tick: for each of four series, 0, 1 or 2 samples (value, step back?, time back?); whether to read the tracks; the
+# time it moves on by; a run that ends or goes on (`run.finished` 1 or 0), or none
+sample = st.tuples(values, st.integers(0, 12), st.integers(0, 9))
+ends = st.sampled_from([None, None, None, ("a", 1.0), ("b", 1.0), ("a", 0.0), ("b", 0.0)])
+tick = st.tuples(
+    st.lists(st.lists(sample, max_size=2), min_size=4, max_size=4), st.booleans(), st.integers(1, 30), ends
+)
+KEYS = [SeriesKey(m, (("run", r),)) for m in ("loss", "acc") for r in ("a", "b")]
+
+
+def fields(state: EvalState) -> dict[object, dict[str, str]]:
+    return {p: {f: repr(getattr(tr, f)) for f in Track.FIELDS} for p, tr in state.tracks.items()}
+
+
+@settings(max_examples=200, deadline=None)
+@given(ticks=st.lists(tick, min_size=1, max_size=40), limit=st.sampled_from([3, 64]), room=st.sampled_from([3, 99]))
+def test_a_chain_that_parks_gives_what_a_chain_that_steps_every_pair_gives(ticks, limit, room) -> None:  # type: ignore[no-untyped-def]
+    """Samples one by one and several at once, steps going back (a restart), times going back, NaN and Inf, a buffer
+    of 3 samples (evictions down to the newest, by age too), room for 3 series of 4 (one idle a minute forgotten
+    for a new one, its slot given again), runs that end and go on, the tracks read now and then (settled) or not."""
+    ruleset = RuleSet(RULES)
+    chains = []
+    for park in (True, False):
+        buffer = SeriesBuffer(BufferLimits(max_samples=limit, max_age=40.0, max_series=room))
+        chains.append((park, buffer, [EvalState()]))
+    t, steps = 0.0, [0] * len(KEYS)
+    for k, (per_series, read, gap, end) in enumerate(ticks):
+        t += gap
+        batch = [] if end is None else [Sample(SeriesKey("run.finished", (("run", end[0]),)), t, None, end[1])]
+        for i, drawn in enumerate(per_series):
+            for value, back, late in drawn:
+                steps[i] = steps[i] - back if back > 9 else steps[i] + 1  # now and then a step back: a restart
+                batch.append(Sample(KEYS[i], t - late if late > 6 else t, steps[i], value))
+        got = []
+        for park, buffer, states in chains:
+            buffer.append(batch, t)
+            if k % 11 == 10:
+                buffer.evict_all(t + 45)  # idle series evicted by age down to their newest
+            ev = evaluate(ruleset, buffer, t, states[0], in_place=True, park=park)
+            states[0] = ev.state
+            got.append(([(x.time, x.rule, x.state, x.labels, x.value, x.step) for x in ev.transitions], ev.errors))
+        assert repr(got[0]) == repr(got[1])
+        if read or k == len(ticks) - 1:
+            parked, stepped = chains[0][2][0], chains[1][2][0]
+            got, want = fields(parked), fields(stepped)
+            assert got.keys() == want.keys()
+            assert [(p, f, v, want[p][f]) for p in got for f, v in got[p].items() if v != want[p][f]] == []
+            assert parked.active_pairs() == stepped.active_pairs()
+            assert dict(parked.timers) == dict(stepped.timers)
+    assert isinstance(chains[0][2][0].tracks, ParkedTracks)
+
+
+def test_quiet_pairs_are_parked_and_a_series_whose_pairs_all_are_is_passed_by() -> None:
+    """A steady `acc` (parked rules only) is no longer visited; a value that breaks a threshold is seen at once, its
+    alert made as every pair's (the chain that steps every pair gives the same)."""
+    rules = RuleSet(
+        [rule("{name: big, metric: acc, condition: '> 8'}"), rule("{name: nf, metric: acc, condition: nonfinite}")]
+    )
+    key = SeriesKey("acc", (("run", "a"),))
+    buffer = SeriesBuffer()
+    state = EvalState()
+    for t in range(5):
+        buffer.append([Sample(key, float(t), t, 5.0)], float(t))
+        state = evaluate(rules, buffer, float(t), state, in_place=True).state
+    parking = state.parking
+    assert parking is not None
+    series = buffer.get(key)
+    assert series is not None
+    assert parking.settled[series.slot]  # both pairs parked: the tick passes the series by
+    assert state.written == frozenset()  # the note of a parked pair is not a write ...
+    assert state.take_parked() == {("big", key), ("nf", key)}  # ... but a save is told
+    assert state.tracks[("big", key)].position == 5 and state.tracks[("big", key)].time == 4.0  # settled as read
+    buffer.append([Sample(key, 5.0, 5, 9.5)], 5.0)
+    ev = evaluate(rules, buffer, 5.0, state, in_place=True)
+    assert [(x.rule, x.state.value, x.value) for x in ev.transitions] == [("big", "firing", 9.5)]
+    assert not parking.settled[series.slot]
+    buffer.append([Sample(key, 6.0, 6, math.nan)], 6.0)
+    ev = evaluate(rules, buffer, 6.0, ev.state, in_place=True)
+    assert sorted((x.rule, x.state.value) for x in ev.transitions) == [("big", "resolved"), ("nf", "firing")]
+
+
+def test_a_series_forgotten_at_the_series_limit_and_back_is_judged_again() -> None:
+    """Room for one series: `a` (its pairs parked) gives its place to `b`, idle a minute, then comes back and breaks
+    its threshold: the alert fires, as in a chain that steps every pair (its slot went to `b` in between)."""
+    rules = RuleSet([rule("{name: big, metric: acc, condition: '> 8'}")])
+    a, b = (SeriesKey("acc", (("run", r),)) for r in "ab")
+    feed = [(a, 0.0, 1.0), (a, 1.0, 1.0), (a, 2.0, 1.0), (b, 70.0, 1.0), (b, 71.0, 1.0), (b, 72.0, 1.0)]
+    feed += [(a, 140.0, 9.0), (a, 141.0, 1.0)]
+    seen = []
+    for park in (True, False):
+        buffer, state, out = SeriesBuffer(BufferLimits(max_series=1)), EvalState(), []
+        for key, t, v in feed:
+            buffer.append([Sample(key, t, int(t), v)], t)
+            ev = evaluate(rules, buffer, t, state, in_place=True, park=park)
+            state = ev.state
+            out += [(x.rule, x.state.value, x.time, dict(x.labels)["run"]) for x in ev.transitions]
+        seen.append(out)
+    assert seen[0] == seen[1] == [("big", "firing", 140.0, "a"), ("big", "resolved", 141.0, "a")]
+
+
+def chains(rules: RuleSet, feed: list[tuple[float, float]], key: SeriesKey) -> list[list[tuple[str, str, float]]]:
+    """The transitions of a chain that parks and of one that steps every pair, one sample (time, value) a tick."""
+    seen = []
+    for park in (True, False):
+        buffer, state, out = SeriesBuffer(), EvalState(), []
+        for step, (t, v) in enumerate(feed):
+            buffer.append([Sample(key, t, step, v)], max(t, 100.0))
+            ev = evaluate(rules, buffer, max(t, 100.0), state, in_place=True, park=park)
+            state = ev.state
+            out += [(x.rule, x.state.value, x.time) for x in ev.transitions]
+        seen.append(out)
+    return seen
+
+
+def test_a_parked_spike_takes_in_the_values_it_notes() -> None:
+    """Parked over 5s, the loss falls to 1s (no spike: their bound, the least value, falls with them); 2.5 is then a
+    spike over the median of 1s, though not over the 5s the pair was parked with."""
+    rules = RuleSet([rule("{name: sp, metric: loss, condition: {spike: {ratio: 2, baseline: 4 samples}}}")])
+    feed = [(float(t), 5.0) for t in range(8)] + [(float(t), 1.0) for t in range(8, 16)] + [(16.0, 2.5)]
+    parked, stepped = chains(rules, feed, SeriesKey("loss", (("run", "a"),)))
+    assert parked == stepped == [("sp", "firing", 16.0)]
+
+
+def test_a_parked_spike_over_seconds_is_handed_back_when_time_goes_back() -> None:
+    """A drop over 30 s, parked over 10s (its bound: 10); a 6 back in time, among 100s, is a drop below half their
+    median, though not below half the bound."""
+    drop = "{spike: {ratio: 0.5, direction: down, baseline: 30s, min_samples: 1}}"
+    rules = RuleSet([rule(f"{{name: drop, metric: tps, condition: {drop}}}")])
+    feed = [(0.0, 100.0), (1.0, 100.0), (2.0, 100.0), (40.0, 10.0), (41.0, 10.0), (42.0, 10.0), (5.0, 6.0)]
+    parked, stepped = chains(rules, feed, SeriesKey("tps", (("run", "a"),)))
+    assert stepped and stepped[0][:2] == ("drop", "firing")
+    assert parked == stepped
+
+
+def test_a_parked_trend_whose_sample_before_was_evicted_compares_with_nothing() -> None:
+    """An eviction by age between the append and the tick leaves the newest sample alone: no rise to judge (the first
+    sample of a series is none), though it is above the value the parked pair saw before it."""
+    rules = RuleSet([rule("{name: up, metric: acc, condition: increasing}")])
+    key = SeriesKey("acc", (("run", "a"),))
+    seen = []
+    for park in (True, False):
+        buffer, state, out = SeriesBuffer(BufferLimits(max_age=40.0)), EvalState(), []
+        for t, v in [(0.0, 0.5), (1.0, 0.5), (2.0, 0.5), (3.0, 1.0), (4.0, 2.0)]:
+            buffer.append([Sample(key, t, int(t), v)], t)
+            if t == 3.0:
+                buffer.evict_all(t + 41)
+            ev = evaluate(rules, buffer, t, state, in_place=True, park=park)
+            state = ev.state
+            out += [(x.rule, x.state.value, x.time) for x in ev.transitions]
+        seen.append(out)
+    assert seen[0] == seen[1] == [("up", "firing", 4.0)]
