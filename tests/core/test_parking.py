@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from alertd.buffer import BufferLimits, SeriesBuffer
 from alertd.model import Sample, SeriesKey
 from alertd.rules import RuleSet
-from alertd.rules.evaluate import EvalState, evaluate
+from alertd.rules.evaluate import AlertMemo, EvalState, evaluate
 from alertd.rules.parking import ParkedTracks
 from alertd.rules.state import Track
 
@@ -28,21 +28,25 @@ RULES = [
     rule("{name: drop, metric: acc, condition: {spike: {ratio: 0.5, direction: down, baseline: 30s, min_samples: 1}}}"),
     rule("{name: gone, metric: [loss, acc], condition: {absent: 35s}}"),
     rule("{name: avg, metric: loss, condition: {avg: {over: 3 samples}, op: '>', value: 8}}"),
+    rule("{name: q, metric: acc, condition: {quantile: {over: 30s, q: 0.2}, op: '<=', value: 1}}"),
+    rule("{name: sum, metric: loss, condition: {sum: {over: 3 samples}, op: '>', value: 20}}"),
 ]
-"""Parked rules (thresholds, nonfinite, trends, spikes over a median of samples and of seconds, up and down,
-absences; `for`, `keep_firing_for`, `consecutive`) beside a rule that never is (an avg), on one metric, and on another
-with parked rules only (`acc`: its series are passed by)."""
+"""Parked rules (thresholds, nonfinite, trends, quiet or steadily firing; spikes over a median and windows (an avg, a
+quantile) of samples and of seconds, up and down, absences, quiet; `for`, `keep_firing_for`, `consecutive`) beside a
+rule that never is (a sum), on one metric, and on another with parked rules only (`acc`: its series are passed by)."""
 
 values = st.one_of(
-    st.sampled_from([0.5, 1.0, 5.0, 5.0, 5.0, 9.0]), st.floats(0, 10), st.sampled_from([math.nan, math.inf])
+    st.just(None),  # the series' value before again: steady alerts, quiet or firing
+    st.sampled_from([0.5, 1.0, 5.0, 5.0, 5.0, 9.0]),
+    st.floats(0, 10),
+    st.sampled_from([math.nan, math.inf]),
 )
 # a tick: for each of four series, 0, 1 or 2 samples (value, step back?, time back?); whether to read the tracks; the
 # time it moves on by; a run that ends or goes on (`run.finished` 1 or 0), or none
 sample = st.tuples(values, st.integers(0, 12), st.integers(0, 9))
 ends = st.sampled_from([None, None, None, ("a", 1.0), ("b", 1.0), ("a", 0.0), ("b", 0.0)])
-tick = st.tuples(
-    st.lists(st.lists(sample, max_size=2), min_size=4, max_size=4), st.booleans(), st.integers(1, 30), ends
-)
+per_series = st.one_of(st.lists(sample, max_size=2), st.lists(sample, min_size=1, max_size=1))  # mostly one
+tick = st.tuples(st.lists(per_series, min_size=4, max_size=4), st.booleans(), st.integers(1, 30), ends)
 KEYS = [SeriesKey(m, (("run", r),)) for m in ("loss", "acc") for r in ("a", "b")]
 
 
@@ -57,18 +61,19 @@ def test_a_chain_that_parks_gives_what_a_chain_that_steps_every_pair_gives(ticks
     of 3 samples (evictions down to the newest, by age too), room for 3 series of 4 (one idle a minute forgotten
     for a new one, its slot given again), runs that end and go on, the tracks read now and then (settled) or not."""
     ruleset = RuleSet(RULES)
-    chains = []
+    chains, memos = [], (AlertMemo(), AlertMemo())
     for park in (True, False):
         buffer = SeriesBuffer(BufferLimits(max_samples=limit, max_age=40.0, max_series=room))
         chains.append((park, buffer, [EvalState()]))
-    t, steps = 0.0, [0] * len(KEYS)
+    t, steps, last = 0.0, [0] * len(KEYS), [5.0] * len(KEYS)
     for k, (per_series, read, gap, end) in enumerate(ticks):
         t += gap
         batch = [] if end is None else [Sample(SeriesKey("run.finished", (("run", end[0]),)), t, None, end[1])]
         for i, drawn in enumerate(per_series):
             for value, back, late in drawn:
                 steps[i] = steps[i] - back if back > 9 else steps[i] + 1  # now and then a step back: a restart
-                batch.append(Sample(KEYS[i], t - late if late > 6 else t, steps[i], value))
+                last[i] = last[i] if value is None else value
+                batch.append(Sample(KEYS[i], t - late if late > 6 else t, steps[i], last[i]))
         got = []
         for park, buffer, states in chains:
             buffer.append(batch, t)
@@ -85,6 +90,9 @@ def test_a_chain_that_parks_gives_what_a_chain_that_steps_every_pair_gives(ticks
             assert [(p, f, v, want[p][f]) for p in got for f, v in got[p].items() if v != want[p][f]] == []
             assert parked.active_pairs() == stepped.active_pairs()
             assert dict(parked.timers) == dict(stepped.timers)
+        if read or k % 3 == 0:  # the alerts as the service makes them (a memo kept between calls)
+            alerts = [repr(chain[2][0].alerts(ruleset.rules, memo)) for chain, memo in zip(chains, memos, strict=True)]
+            assert alerts[0] == alerts[1]
     assert isinstance(chains[0][2][0].tracks, ParkedTracks)
 
 
@@ -187,3 +195,30 @@ def test_a_parked_trend_whose_sample_before_was_evicted_compares_with_nothing() 
             out += [(x.rule, x.state.value, x.time) for x in ev.transitions]
         seen.append(out)
     assert seen[0] == seen[1] == [("up", "firing", 4.0)]
+
+
+def test_a_steadily_firing_pair_is_parked_its_alert_read_as_it_stands() -> None:
+    """A threshold firing at every sample is parked: its alert (made as the service makes it, a memo kept between
+    calls) shows the newest value and step; the run's end resolves it, a value back in range too."""
+    rules = RuleSet([rule("{name: big, metric: acc, condition: '> 8'}")])
+    memo = AlertMemo()
+    key, done = SeriesKey("acc", (("run", "a"),)), SeriesKey("run.finished", (("run", "a"),))
+    buffer, state = SeriesBuffer(), EvalState()
+    for t in range(6):
+        buffer.append([Sample(key, float(t), t, 9.0 + t)], float(t))
+        state = evaluate(rules, buffer, float(t), state, in_place=True).state
+        assert [(a.state.value, a.value, a.step) for a in state.alerts(rules.rules, memo)] == [("firing", 9.0 + t, t)]
+    assert state.parking is not None and state.parking.cols[0].count == 1  # parked, firing
+    buffer.append([Sample(done, 6.0, None, 1.0)], 6.0)
+    ev = evaluate(rules, buffer, 6.0, state, in_place=True)
+    assert [(x.rule, x.state.value, x.time, x.value) for x in ev.transitions] == [("big", "resolved", 6.0, 14.0)]
+    assert ev.state.alerts(rules.rules, memo) == []
+
+
+def test_a_parked_window_is_judged_when_a_nan_fills_it() -> None:
+    """An avg over 3 samples: 9 then two NaNs. The NaNs move no value into the window, but the second fills it: the avg
+    of its one finite value, 9, is over 8."""
+    rules = RuleSet([rule("{name: avg, metric: loss, condition: {avg: {over: 3 samples}, op: '>', value: 8}}")])
+    feed = [(1.0, 1.0), (2.0, 1.0), (3.0, 1.0), (4.0, 9.0), (5.0, math.nan), (6.0, math.nan)]
+    parked, stepped = chains(rules, feed, SeriesKey("loss", (("run", "a"),)))
+    assert parked == stepped == [("avg", "firing", 6.0)]

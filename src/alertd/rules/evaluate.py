@@ -33,7 +33,7 @@ from alertd.model import (
     format_time,
     value_text,
 )
-from alertd.rules.conditions import Absent, Spike, judge_range
+from alertd.rules.conditions import Absent, judge_range
 from alertd.rules.expr import Expr
 from alertd.rules.expr_join import (
     MAX_STEP,
@@ -48,7 +48,7 @@ from alertd.rules.expr_join import (
     watermark,
 )
 from alertd.rules.parking import (
-    Judge,
+    Kind,
     ParkedTimers,
     ParkedTracks,
     Parking,
@@ -159,7 +159,7 @@ class EvalState:
         by_name = {r.name: r for r in rules}
         kept: Made = {}
         made = memo.made if memo is not None else None
-        tracks = raw_tracks(self.tracks)  # an active pair is never parked
+        tracks = self.tracks  # (a steadily firing pair may be parked: read settled)
         for pair in self.active_pairs():
             name, key = pair
             tr = tracks.get(pair)
@@ -216,7 +216,7 @@ class RuleSet:
         """The rules one of whose annotations reads `time` (an RFC 3339 text is made for those only: 2 us an alert)."""
         self._memo: dict[SeriesKey, tuple[Rule, ...]] = {}
         self._labels: dict[PairKey, Labels] = {}
-        self.columns: list[tuple[Rule, Judge | Spike | Absent]] = []
+        self.columns: list[tuple[Rule, Kind]] = []
         """The rules whose quiet pairs are parked (`rules/parking.py`), each with its column-wise judge."""
         self._column: dict[str, int] = {}
         for rule in self.rules:
@@ -526,7 +526,7 @@ class _Run:
                 note(pair)
                 if due is not None or rule.name in timed:
                     self._retime(pair, due)
-                parked = col >= 0 and parking is not None and not firing and tr is old
+                parked = col >= 0 and parking is not None and tr is old
                 if parked and parking.park(col, series, pair, tr, parks) and due is not None:  # type: ignore[union-attr]
                     del self._timers_w()[pair]  # the parking's now (`AbsentColumn`)
             if rest:

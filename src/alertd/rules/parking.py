@@ -24,16 +24,16 @@ parked track settled and handed back first.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, KeysView, Mapping
+from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from alertd._np import np
 from alertd.buffer import NO_STEP, Series
 from alertd.inbox import Inbox, Rows
-from alertd.model import Sample, SeriesKey
+from alertd.model import AlertState, Sample, SeriesKey
 from alertd.rules.compare import OPS
-from alertd.rules.conditions import HALF_MAX, Absent, Nonfinite, Spike, Threshold, Trend
+from alertd.rules.conditions import HALF_MAX, Absent, Nonfinite, Spike, Threshold, Trend, WindowAggregate
 from alertd.rules.rule import Rule
 from alertd.rules.state import Track
 
@@ -44,10 +44,12 @@ PairKey = tuple[str, SeriesKey]
 Ended = tuple[set[tuple[str | None, str | None]], set[SeriesKey]]
 """The runs that ended and the series taken over (`SeriesBuffer.ended_since`)."""
 Judge = Callable[[Any, Any], Any]
+Kind = Judge | Spike | WindowAggregate | Absent
+"""How a rule's pairs are judged parked (`column_judge`)."""
 """(the new values, the values before them) -> where the condition holds (numpy arrays)."""
 
 
-def column_judge(rule: Rule) -> Judge | Spike | Absent | None:
+def column_judge(rule: Rule) -> Kind | None:
     """How the rule's quiet pairs are judged parked: a threshold, `nonfinite` and a trend by a `Judge` that gives the
     answers of the condition's `check` on a series' newest sample (the sample before it in the buffer); a spike over
     a median by the extremes of its window (`SpikeColumn`); None where the rule is never parked (an absence, any
@@ -68,6 +70,8 @@ def column_judge(rule: Rule) -> Judge | Spike | Absent | None:
             return lambda v, before: np.isfinite(v) & np.isfinite(before) & (v - before > delta)
         return lambda v, before: np.isfinite(v) & np.isfinite(before) & (before - v > delta)
     if isinstance(cond, Spike) and cond.stat == "median":
+        return cond
+    if isinstance(cond, WindowAggregate) and cond._settles is not None:
         return cond
     return None
 
@@ -103,52 +107,71 @@ class Column:
     def unparked(self, slot: int, pair: PairKey) -> None:
         """`pair`, parked at `slot`, is handed back."""
 
+    def ended(self, ended: Ended) -> None:
+        """Hand back the pairs an end of their run (or a series taken over) changes."""
+
+    def _hand_back_ended(self, slots: Iterable[int], ended: Ended) -> None:
+        runs, taken = ended
+        for slot in slots:
+            key = self.tracks[slot][0][1]
+            if key in taken or (key.label("source"), key.label("run")) in runs:
+                self.owner._unpark(self, slot)
+
 
 class ValueColumn(Column):
     """A threshold, `nonfinite` or trend: the condition judged on each new value (and the one before), and the
-    streak counted towards `consecutive`; handed back where it reaches it."""
+    streak counted towards `consecutive`. A quiet pair is handed back where its streak reaches it; a steadily firing
+    one (`firing`: its condition holding, no `keep_firing_for` running) where its condition stops holding."""
 
-    __slots__ = ("need", "streaks", "test")
+    __slots__ = ("firing", "need", "streaks", "test")
 
     def __init__(self, owner: Parking, rule: Rule, test: Judge, size: int) -> None:
         super().__init__(owner, rule, size)
         self.test = test
         self.need = rule.consecutive
         self.streaks = np.zeros(size, np.int64)
+        self.firing = np.zeros(size, bool)
 
     def grow(self, size: int) -> None:
         super().grow(size)
         self.streaks = _grown(self.streaks, size)
+        self.firing = _grown(self.firing, size)
 
     def start(self, slot: int, tr: Track, series: Series) -> bool:
         self.streaks[slot] = tr.streak
+        self.firing[slot] = tr.state is AlertState.FIRING
         return True
 
     def judge(self, at: Any, values: Any, before: Any, good: Any, samples: Any, now: float) -> Any:
         holds = self.test(values, before) & good
         streak = np.where(holds, self.streaks[at] + 1, 0)
-        out = ~good | (streak >= self.need)
+        out = ~good | np.where(self.firing[at], ~holds, streak >= self.need)
         stay = ~out
         self.streaks[at[stay]] = streak[stay]
         return out
+
+    def ended(self, ended: Ended) -> None:
+        """The firing pairs: their run's end resolves them."""
+        if self.count:
+            self._hand_back_ended(np.flatnonzero(self.parked & self.firing).tolist(), ended)
 
     def streak(self, slot: int) -> int:
         return int(self.streaks[slot])
 
 
-class SpikeColumn(Column):
-    """A spike over a median: a new value is no spike where it is `ratio` times short of a bound of every value its
-    baseline can hold (up: a least value, down: a greatest), as `Spike._settled_still` settles one; anything else is
-    handed back, judged exactly. The bound, found at parking over the window of the newest sample (which holds every
-    older value a later baseline can: a window by samples moves on, one by time too while the times ascend, which
-    a row going back in time breaks), takes in each new value."""
+class BoundColumn(Column):
+    """A condition settled by the extremes of a window: a new value can't make it hold while a bound of every value the
+    window can hold keeps it false (`low`: the least value, else the greatest; `sure`), as the condition's own
+    `_settled_still` settles one sample; anything else is handed back, judged exactly. The bound, found at parking
+    over the window of the newest sample (which holds every older value a later window can: a window by samples moves
+    on, one by time too while the times ascend, which a row going back in time breaks), takes in each new value."""
 
-    __slots__ = ("bound", "spike", "up")
+    __slots__ = ("bound", "low", "samples", "seconds")
 
-    def __init__(self, owner: Parking, rule: Rule, spike: Spike, size: int) -> None:
+    def __init__(self, owner: Parking, rule: Rule, size: int, span: tuple[int | None, float | None], low: bool) -> None:
         super().__init__(owner, rule, size)
-        self.spike = spike
-        self.up = spike.direction == "up"
+        self.samples, self.seconds = span
+        self.low = low
         self.bound = np.zeros(size)
 
     def grow(self, size: int) -> None:
@@ -156,31 +179,31 @@ class SpikeColumn(Column):
         self.bound = _grown(self.bound, size)
 
     def start(self, slot: int, tr: Track, series: Series) -> bool:
-        spike, i = self.spike, len(series.times) - 1
-        if tr.streak or i < series.start:
+        i = len(series.times) - 1
+        if tr.streak or tr.state is not AlertState.INACTIVE or i < series.start:
             return False
-        if spike.seconds is not None:
-            lo = bisect_left(series.times, series.times[i] - spike.seconds, series.earliest(i), i)
+        if self.seconds is not None:
+            lo = bisect_left(series.times, series.times[i] - self.seconds, series.start, i)
             if series.disorder > series.base + lo - series.start:  # times not ascending from the window's start
                 return False
         else:
-            lo = max(series.start, i - (spike.samples or 0))
+            lo = max(series.start, i - (self.samples or 0))
         window = np.frombuffer(series.values[lo : i + 1], np.float64)  # (a copy's view)
         window = window[np.isfinite(window)]
         if not len(window):
             return False
-        self.bound[slot] = window.min() if self.up else window.max()
+        self.bound[slot] = window.min() if self.low else window.max()
         return True
 
+    def sure(self, values: Any, bound: Any, finite: Any) -> Any:
+        """Where each new value (`finite` or not) leaves the condition false, whatever the window's other values
+        within `bound`."""
+        raise NotImplementedError
+
     def judge(self, at: Any, values: Any, before: Any, good: Any, samples: Any, now: float) -> Any:
-        bound, ratio = self.bound[at], self.spike.ratio
         finite = np.isfinite(values)
-        if self.up:
-            sure = (values >= 0) & (bound > 0) & (bound < np.inf) & (values / bound < ratio)
-        else:
-            sure = (values > 0) & (bound > 0) & (bound < HALF_MAX) & (values / bound > ratio)
-        sure |= ~finite
-        if self.spike.seconds is not None:  # a row back in time: the window's start may go back
+        sure = self.sure(values, self.bound[at], finite)
+        if self.seconds is not None:  # a row back in time: the window's start may go back
             times = np.fromiter(map(_time, samples), np.float64, len(samples))
             last = np.fromiter(map(_time, self.owner.last[at]), np.float64, len(at))
             sure &= times >= last
@@ -188,8 +211,46 @@ class SpikeColumn(Column):
         stay = ~out & finite
         moved = values[stay]
         kept = self.bound[at[stay]]
-        self.bound[at[stay]] = np.minimum(kept, moved) if self.up else np.maximum(kept, moved)
+        self.bound[at[stay]] = np.minimum(kept, moved) if self.low else np.maximum(kept, moved)
         return out
+
+
+class SpikeColumn(BoundColumn):
+    """A spike over a median (`Spike._settled_still`): up, no spike below `ratio` times the least value of its
+    baseline; down, none above `ratio` times the greatest."""
+
+    __slots__ = ("ratio",)
+
+    def __init__(self, owner: Parking, rule: Rule, spike: Spike, size: int) -> None:
+        super().__init__(owner, rule, size, (spike.samples, spike.seconds), spike.direction == "up")
+        self.ratio = spike.ratio
+
+    def sure(self, values: Any, bound: Any, finite: Any) -> Any:
+        if self.low:
+            sure = (values >= 0) & (bound > 0) & (bound < np.inf) & (values / bound < self.ratio)
+        else:
+            sure = (values > 0) & (bound > 0) & (bound < HALF_MAX) & (values / bound > self.ratio)
+        return sure | ~finite  # a non-finite latest value is no spike
+
+
+class WindowColumn(BoundColumn):
+    """A min, max, quantile or avg of a window (its judged value in it) compared `>`, `>=`, `<`, `<=` with a number
+    (`WindowAggregate._settled_still`): false where the window's greatest value (least, for `<`, `<=`), with the same
+    margin, is not past it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, owner: Parking, rule: Rule, window: WindowAggregate, size: int) -> None:
+        assert window._settles is not None
+        above, self.value = window._settles
+        super().__init__(owner, rule, size, (window.over.samples, window.over.seconds), not above)
+
+    def sure(self, values: Any, bound: Any, finite: Any) -> Any:
+        finite_values = np.where(finite, values, bound)  # the judged value is in the window, if finite
+        bound = np.minimum(bound, finite_values) if self.low else np.maximum(bound, finite_values)
+        if self.low:
+            return bound - np.abs(bound) * 1e-12 > self.value
+        return bound + np.abs(bound) * 1e-12 < self.value
 
 
 class AbsentColumn(Column):
@@ -210,7 +271,7 @@ class AbsentColumn(Column):
         self.dues = _grown(self.dues, size)
 
     def start(self, slot: int, tr: Track, series: Series) -> bool:
-        if tr.last_time is None:
+        if tr.last_time is None or tr.state is not AlertState.INACTIVE:
             return False
         self.dues[slot] = tr.last_time + self.seconds
         return True
@@ -231,12 +292,9 @@ class AbsentColumn(Column):
             for slot in np.flatnonzero(self.parked & (self.dues <= now)).tolist():
                 self.owner._unpark(self, slot)
 
-    def ended(self, runs: set[tuple[str | None, str | None]], taken: set[SeriesKey]) -> None:
-        """Hand back the pairs whose run ended or whose series another process took over."""
-        for slot, (pair, _) in list(self.tracks.items()):
-            key = pair[1]
-            if key in taken or (key.label("source"), key.label("run")) in runs:
-                self.owner._unpark(self, slot)
+    def ended(self, ended: Ended) -> None:
+        """Every pair: an absence stops at its run's end."""
+        self._hand_back_ended(list(self.tracks), ended)
 
 
 _time = itemgetter(1)
@@ -294,8 +352,8 @@ class Parking:
         once)."""
         self._grow()
         if ended[0] or ended[1]:
-            for col in self.absences:
-                col.ended(*ended)
+            for col in self.cols:
+                col.ended(ended)
         visit = self._rows(rows, now)
         for col in self.absences:
             col.due(now)
@@ -500,9 +558,11 @@ def raw_timers(timers: Mapping[PairKey, float]) -> Mapping[PairKey, float]:
     return timers.raw if type(timers) is ParkedTimers else timers
 
 
-def _column(owner: Parking, rule: Rule, kind: Judge | Spike | Absent, size: int) -> Column:
+def _column(owner: Parking, rule: Rule, kind: Kind, size: int) -> Column:
     if isinstance(kind, Spike):
         return SpikeColumn(owner, rule, kind, size)
+    if isinstance(kind, WindowAggregate):
+        return WindowColumn(owner, rule, kind, size)
     if isinstance(kind, Absent):
         return AbsentColumn(owner, rule, kind, size)
     return ValueColumn(owner, rule, kind, size)
