@@ -98,7 +98,7 @@ def test_a_chain_that_parks_gives_what_a_chain_that_steps_every_pair_gives(ticks
 
 def test_quiet_pairs_are_parked_and_a_series_whose_pairs_all_are_is_passed_by() -> None:
     """A steady `acc` (parked rules only) is no longer visited; a value that breaks a threshold is seen at once, its
-    alert made as every pair's (the chain that steps every pair gives the same)."""
+    alert made as every pair's, and the firing pair parked again at once (it stays firing while its condition holds)."""
     rules = RuleSet(
         [rule("{name: big, metric: acc, condition: '> 8'}"), rule("{name: nf, metric: acc, condition: nonfinite}")]
     )
@@ -119,7 +119,7 @@ def test_quiet_pairs_are_parked_and_a_series_whose_pairs_all_are_is_passed_by() 
     buffer.append([Sample(key, 5.0, 5, 9.5)], 5.0)
     ev = evaluate(rules, buffer, 5.0, state, in_place=True)
     assert [(x.rule, x.state.value, x.value) for x in ev.transitions] == [("big", "firing", 9.5)]
-    assert not parking.settled[series.slot]
+    assert parking.settled[series.slot] and parking.cols[0].firing[series.slot]  # firing, parked at once
     buffer.append([Sample(key, 6.0, 6, math.nan)], 6.0)
     ev = evaluate(rules, buffer, 6.0, ev.state, in_place=True)
     assert sorted((x.rule, x.state.value) for x in ev.transitions) == [("big", "resolved"), ("nf", "firing")]
@@ -222,3 +222,23 @@ def test_a_parked_window_is_judged_when_a_nan_fills_it() -> None:
     feed = [(1.0, 1.0), (2.0, 1.0), (3.0, 1.0), (4.0, 9.0), (5.0, math.nan), (6.0, math.nan)]
     parked, stepped = chains(rules, feed, SeriesKey("loss", (("run", "a"),)))
     assert parked == stepped == [("avg", "firing", 6.0)]
+
+
+def test_a_firing_pair_whose_run_ends_later_is_not_parked() -> None:
+    """The run says it finished 10 s ahead of the tick's clock: the firing alert resolves then (a time-based change
+    due), and goes on firing on samples till then, as in a chain that steps every pair."""
+    rules = RuleSet([rule("{name: big, metric: acc, condition: '> 8'}")])
+    key, done = SeriesKey("acc", (("run", "a"),)), SeriesKey("run.finished", (("run", "a"),))
+    seen = []
+    for park in (True, False):
+        buffer, state, out = SeriesBuffer(), EvalState(), []
+        feed = [[Sample(key, 0.0, 0, 9.0)], [Sample(key, 1.0, 1, 9.0), Sample(done, 11.0, None, 1.0)]]
+        feed += [[Sample(key, float(t), t, 9.0)] for t in range(2, 14)]
+        for t, batch in enumerate(feed):
+            buffer.append(batch, float(t))
+            ev = evaluate(rules, buffer, float(t), state, in_place=True, park=park)
+            state = ev.state
+            out += [(x.rule, x.state.value, x.time) for x in ev.transitions]
+        seen.append(out)
+    assert seen[0] == seen[1]
+    assert seen[1][:2] == [("big", "firing", 0.0), ("big", "resolved", 11.0)]

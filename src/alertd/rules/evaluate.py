@@ -225,6 +225,10 @@ class RuleSet:
                 self._column[rule.name] = len(self.columns)
                 self.columns.append((rule, judged))
 
+    def column(self, name: str) -> int:
+        """The column of the rule `name` (`columns`), -1: none."""
+        return self._column.get(name, -1)
+
     def for_series(self, key: SeriesKey) -> tuple[Rule, ...]:
         """The rules that watch `key`."""
         hit = self._memo.get(key)
@@ -435,7 +439,22 @@ class _Run:
         if not ended and not quiet:
             finished_at = self._finished_at(rule, key)
         self._settle(rule, pair, tr, finished_at, now)
+        if self.parking is not None:
+            self._park_stepped(rule, series, pair, tr)
         return stirred or not quiet
+
+    def _park_stepped(self, rule: Rule, series: Series, pair: PairKey, tr: Track) -> None:
+        """Park a pair of a threshold, `nonfinite` or trend that `track` left steady, as the next tick's `quiet_ticks`
+        would: no time-based change due (a pending alert's `for`, a `keep_firing_for`, a run's end to come), so it is
+        quiet, or firing while its condition holds. A pair that fires or resolves at a tick is not visited at the
+        next."""
+        parking = self.parking
+        col = self.ruleset.column(rule.name)
+        if parking is None or col < 0 or not parking.cols[col].after_track or pair in self.timers:
+            return
+        if tr.generation == series.generation and tr.position == series.end:
+            watch = self.ruleset.watch(series)
+            parking.park(col, series, pair, tr, len(watch.pairs) if not watch.others else -1)
 
     def quiet_ticks(  # noqa: C901 (one loop over the tick's series and their pairs: the service's hot path)
         self, changed: Iterable[Series], now: float
@@ -810,6 +829,7 @@ def evaluate(
     run.transitions.sort(key=attrgetter("time", "rule", "labels"))
     tracks, timers = run.tracks, run.timers
     if parking is not None:
+        parking.flush()
         parking.version = buffer.version
         if type(tracks) is dict:  # (pairs are parked only on tracks handed over)
             tracks = ParkedTracks(tracks, parking)

@@ -79,7 +79,10 @@ def column_judge(rule: Rule) -> Kind | None:
 class Column:
     """One rule's parked pairs, by slot."""
 
-    __slots__ = ("count", "owner", "parked", "rule", "tracks")
+    after_track = False
+    """Whether a pair `_Run.track` leaves steady is parked at once (`_Run._park_stepped`: a value's condition alone)."""
+
+    __slots__ = ("count", "owner", "parked", "pending", "rule", "tracks")
 
     def __init__(self, owner: Parking, rule: Rule, size: int) -> None:
         self.owner = owner
@@ -87,13 +90,20 @@ class Column:
         self.parked = np.zeros(size, bool)
         self.tracks: dict[int, tuple[PairKey, Track]] = {}
         self.count = 0
+        self.pending: list[tuple[int, PairKey, Track, float, int]] = []
+        """The pairs parked by this evaluation, their state written at its end (`Parking.flush`): (slot, pair, track,
+        the column's number for it (`prepare`), the pairs a tick steps on its series)."""
 
     def grow(self, size: int) -> None:
         self.parked = _grown(self.parked, size)
 
-    def start(self, slot: int, tr: Track, series: Series) -> bool:
-        """Note a pair parked at `slot` (its track `tr`, just stepped to the series' newest sample); False where it
-        can't be."""
+    def prepare(self, tr: Track, series: Series) -> float | None:
+        """What the column keeps of a pair to park (its track `tr`, just stepped to the series' newest sample): a
+        number (`store`), or None where it can't be parked."""
+        raise NotImplementedError
+
+    def store(self, slots: Any, numbers: list[float], trs: list[Track]) -> None:
+        """Keep the numbers `prepare` gave for the pairs parked at `slots` (their tracks `trs`)."""
         raise NotImplementedError
 
     def judge(self, at: Any, values: Any, before: Any, good: Any, samples: Any, now: float) -> Any:
@@ -124,6 +134,7 @@ class ValueColumn(Column):
     one (`firing`: its condition holding, no `keep_firing_for` running) where its condition stops holding."""
 
     __slots__ = ("firing", "need", "streaks", "test")
+    after_track = True
 
     def __init__(self, owner: Parking, rule: Rule, test: Judge, size: int) -> None:
         super().__init__(owner, rule, size)
@@ -137,10 +148,12 @@ class ValueColumn(Column):
         self.streaks = _grown(self.streaks, size)
         self.firing = _grown(self.firing, size)
 
-    def start(self, slot: int, tr: Track, series: Series) -> bool:
-        self.streaks[slot] = tr.streak
-        self.firing[slot] = tr.state is AlertState.FIRING
-        return True
+    def prepare(self, tr: Track, series: Series) -> float | None:
+        return 0.0
+
+    def store(self, slots: Any, numbers: list[float], trs: list[Track]) -> None:
+        self.streaks[slots] = [tr.streak for tr in trs]
+        self.firing[slots] = [tr.state is AlertState.FIRING for tr in trs]
 
     def judge(self, at: Any, values: Any, before: Any, good: Any, samples: Any, now: float) -> Any:
         holds = self.test(values, before) & good
@@ -178,22 +191,24 @@ class BoundColumn(Column):
         super().grow(size)
         self.bound = _grown(self.bound, size)
 
-    def start(self, slot: int, tr: Track, series: Series) -> bool:
+    def prepare(self, tr: Track, series: Series) -> float | None:
         i = len(series.times) - 1
         if tr.streak or tr.state is not AlertState.INACTIVE or i < series.start:
-            return False
+            return None
         if self.seconds is not None:
             lo = bisect_left(series.times, series.times[i] - self.seconds, series.start, i)
             if series.disorder > series.base + lo - series.start:  # times not ascending from the window's start
-                return False
+                return None
         else:
             lo = max(series.start, i - (self.samples or 0))
         window = np.frombuffer(series.values[lo : i + 1], np.float64)  # (a copy's view)
         window = window[np.isfinite(window)]
         if not len(window):
-            return False
-        self.bound[slot] = window.min() if self.low else window.max()
-        return True
+            return None
+        return float(window.min() if self.low else window.max())
+
+    def store(self, slots: Any, numbers: list[float], trs: list[Track]) -> None:
+        self.bound[slots] = numbers
 
     def sure(self, values: Any, bound: Any, finite: Any) -> Any:
         """Where each new value (`finite` or not) leaves the condition false, whatever the window's other values
@@ -270,11 +285,13 @@ class AbsentColumn(Column):
         super().grow(size)
         self.dues = _grown(self.dues, size)
 
-    def start(self, slot: int, tr: Track, series: Series) -> bool:
+    def prepare(self, tr: Track, series: Series) -> float | None:
         if tr.last_time is None or tr.state is not AlertState.INACTIVE:
-            return False
-        self.dues[slot] = tr.last_time + self.seconds
-        return True
+            return None
+        return tr.last_time + self.seconds
+
+    def store(self, slots: Any, numbers: list[float], trs: list[Track]) -> None:
+        self.dues[slots] = numbers
 
     def judge(self, at: Any, values: Any, before: Any, good: Any, samples: Any, now: float) -> Any:
         times = np.fromiter(map(_time, samples), np.float64, len(samples))
@@ -310,8 +327,8 @@ def _grown(a: Any, size: int) -> Any:
 class Parking:
     """The parked pairs of one chain of evaluations (see the module docstring)."""
 
-    __slots__ = ("absences", "changed", "cols", "end", "inbox", "last", "nparked", "restore", "ruleset", "settled",
-                 "size", "value", "version")  # fmt: skip
+    __slots__ = ("absences", "changed", "cols", "end", "inbox", "last", "nparked", "pairs", "restore", "ruleset",
+                 "settled", "size", "value", "version")  # fmt: skip
 
     def __init__(self, ruleset: RuleSet, inbox: Inbox) -> None:
         self.ruleset = ruleset
@@ -329,6 +346,8 @@ class Parking:
         self.end = np.zeros(size, np.int64)
         self.nparked = np.zeros(size, np.int64)
         """The parked pairs of each slot."""
+        self.pairs = np.zeros(size, np.int64)
+        """The pairs a tick steps on each slot's series (-1: some are never parked), as the last to park said."""
         self.settled = np.zeros(size, bool)
         """The slots whose pairs are all parked (or that no rule watches): not visited."""
         self.changed = np.zeros(size, bool)
@@ -341,7 +360,7 @@ class Parking:
         if size == self.size:
             return
         self.size = size
-        for name in ("last", "value", "end", "nparked", "settled", "changed"):
+        for name in ("last", "value", "end", "nparked", "pairs", "settled", "changed"):
             setattr(self, name, _grown(getattr(self, name), size))
         for col in self.cols:
             col.grow(size)
@@ -350,6 +369,7 @@ class Parking:
         """Judge the parked pairs on the rows since the last tick at `now`; hand back those that stop being quiet, whose
         series is stirred, whose timer is due or whose run `ended`; the series the tick must still visit (each
         once)."""
+        self.flush()  # (where an evaluation stopped before its end)
         self._grow()
         if ended[0] or ended[1]:
             for col in self.cols:
@@ -403,19 +423,36 @@ class Parking:
         if slot < 0 or slot >= self.size or self.inbox.series[slot] is not series:
             return False
         column = self.cols[col]
-        if column.parked[slot] or not column.start(slot, tr, series):
+        number = column.prepare(tr, series)
+        if number is None:
             return False
-        column.parked[slot] = True
-        column.tracks[slot] = (pair, tr)
-        column.count += 1
+        column.pending.append((slot, pair, tr, number, pairs))
         tr.park, tr.slot = column, slot
-        self.value[slot] = tr.value
-        self.last[slot] = Sample(series.key, tr.time, tr.step, tr.value)
-        self.end[slot] = tr.position
-        self.nparked[slot] += 1
-        if self.nparked[slot] == pairs:
-            self.settled[slot] = True
         return True
+
+    def flush(self) -> None:
+        """Write down the pairs parked by this evaluation (`park`), all at once."""
+        touched = []
+        for column in self.cols:
+            pending = column.pending
+            if not pending:
+                continue
+            column.pending = []
+            slots = np.fromiter((p[0] for p in pending), np.int64, len(pending))
+            trs = [p[2] for p in pending]
+            column.parked[slots] = True
+            column.tracks.update((p[0], (p[1], p[2])) for p in pending)
+            column.count += len(pending)
+            column.store(slots, [p[3] for p in pending], trs)
+            self.value[slots] = [tr.value for tr in trs]
+            self.last[slots] = [Sample(p[1][1], tr.time, tr.step, tr.value) for p, tr in zip(pending, trs, strict=True)]
+            self.end[slots] = [tr.position for tr in trs]
+            self.nparked[slots] += 1
+            self.pairs[slots] = [p[4] for p in pending]
+            touched.append(slots)
+        if touched:
+            at = np.concatenate(touched) if len(touched) > 1 else touched[0]
+            self.settled[at] = self.nparked[at] == self.pairs[at]
 
     def idle(self, series: Series) -> None:
         """`series` has no rule: not visited again."""
@@ -434,12 +471,15 @@ class Parking:
         self.settled[slot] = False
 
     def _settle(self, col: Column, slot: int, tr: Track) -> None:
+        end = int(self.end[slot])
+        if tr.position == end:
+            return  # nothing noted since it was parked (or settled): it stands as it is
         last = self.last[slot]
         tr.value = float(last.value)
         step = last.step
         tr.step = None if step is None or step == NO_STEP else int(step)
         tr.time = tr.last_time = tr.clock = float(last.time)
-        tr.position = int(self.end[slot])
+        tr.position = end
         tr.streak = col.streak(slot)
 
     def settle(self, tr: Track) -> None:
