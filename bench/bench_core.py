@@ -4,28 +4,37 @@
 
 Tick: 10,000 series (1,000 runs x 10 metrics) under eight classic default rules plus two more (10 rules), each
 series receiving one new sample per tick, evaluated as the service's engine does (`in_place`: the previous state
-is not kept); measured with 100 and with 1,000 samples of history per
-series, to show that the cost follows the new samples and not the history. Its anchor, the numpy floor: the same
-ten conditions computed column-wise on the tick's new samples (the new values gathered from the buffer into one
-array, each rule's comparison on its series' slice, the spike baselines as medians over each series' last 50
-values and the throughput one over its last 300, a row per series, the rising test against the previous value):
-what any engine must do at least. As in the service, the objects alive once the buffer is filled and first evaluated
-(its start-up read) are frozen out of the collector's passes (`alertd.service.heap`). Beside the median tick, the
-slowest after the first (which builds the windows' running state): the values cycle over 7 steps, so the 2,000
-`val_metric_rising` pairs fire together every seventh tick and resolve together on another (2,000 transitions, their
-summaries rendered).
+is not kept; the quiet and steadily firing pairs parked and judged column-wise on the buffer's inbox,
+`alertd.rules.parking`); measured with 100 and with 1,000 samples of history per
+series, to show that the cost follows the new samples and not the history. Beside it, the same ticks with every pair
+stepped in Python (`park=False`, the engine before parking). Its anchor, the numpy floor: the same ten conditions
+computed column-wise on the tick's new samples from the buffer (the new values gathered by key into one array, each
+rule's comparison on its series' slice, the spike baselines as medians over each series' last 50 values and the
+throughput one over its last 300, a row per series, the rising test against the previous value): what an engine
+that judges every new sample afresh does at least (the parked pairs' tick does less: its inbox needs no gathering by
+key, and a spike's bound settles it where a median is not needed). As in the service, the objects alive once the
+buffer is filled and first evaluated (its start-up read) are frozen out of the collector's passes
+(`alertd.service.heap`). Beside the median tick, the slowest after the first (which builds the windows' running
+state): the values cycle over 7 steps, so the 2,000 `val_metric_rising` pairs fire together every seventh tick and
+resolve together on another (2,000 transitions, their summaries rendered).
 
 By rule (with 100 samples of history): each of the ten rules alone on its own buffer, the same ticks, above a tick
-with no rule at all: where the tick goes, and what a column-wise engine has to take over first (each rule alone
-also pays for visiting its series, so the ten add up to more than the whole tick).
+with no rule at all: where the tick goes (each rule alone also pays for the rows of its series, so the ten add up to
+more than the whole tick).
 
-Append: `SeriesBuffer.append` of one tick's samples (one for each series), beside a plain loop appending them to
+Append and tick together: what the service pays for a tick's samples, as it evaluates (the inbox written by the
+append, the pairs parked) beside every pair stepped with no inbox, in turns on two buffers.
+
+Append: `SeriesBuffer.append` of one tick's samples (one for each series), its inbox open as the service's is (each
+sample's row written for the parked pairs' column-wise tick, `alertd.inbox`), beside a plain loop appending them to
 each series' arrays: what the service pays before each such tick.
 
 Windows: the same 10,000 series and ticks under five windowed rules (avg over 20 samples, a zscore over 100,
 a quantile over 100, a plateau, an avg over 5m; each on one metric, so 5,000 pairs), beside five threshold
-rules on the same metrics, timed in turns on the same buffer and ticks, and their ratio (target: within 2x); the
-start-up objects frozen as for the tick.
+rules on the same metrics, timed in turns on the same buffer and ticks, and their ratio (target: within 2x, set on
+every pair stepped); the start-up objects frozen as for the tick. Then the same as the service evaluates: the steady
+pairs parked and judged column-wise (`alertd.rules.parking`: the thresholds, the avgs and the quantile; the zscore
+and the plateau are never parked).
 """
 
 from __future__ import annotations
@@ -164,10 +173,10 @@ def numpy_floor(history: int) -> float:
     return statistics.median(took) * 1000
 
 
-def tick_cost(history: int, ruleset: RuleSet | None = None) -> tuple[float, float, float, float]:
+def tick_cost(history: int, ruleset: RuleSet | None = None, park: bool = True) -> tuple[float, float, float, float]:
     """Milliseconds: the median tick (of 15) with one new sample per series, the slowest but the first (which builds
     the windows' running state, as the service's first after its start-up read), the median tick with none; and the
-    rule-series pairs."""
+    rule-series pairs. `park`: as the service (`evaluate`'s `park`)."""
     ruleset = ruleset or classic_rules()
     series, buf = filled(history)
     state = evaluate(ruleset, buf, float(history - 1)).state
@@ -177,10 +186,10 @@ def tick_cost(history: int, ruleset: RuleSet | None = None) -> tuple[float, floa
         batch = [Sample(k, float(t), t, value(k.metric, t)) for k in series]
         buf.append(batch)
         start = time.perf_counter()
-        state = evaluate(ruleset, buf, float(t), state, in_place=True).state
+        state = evaluate(ruleset, buf, float(t), state, in_place=True, park=park).state
         times.append(time.perf_counter() - start)
         start = time.perf_counter()
-        state = evaluate(ruleset, buf, t + 0.5, state, in_place=True).state
+        state = evaluate(ruleset, buf, t + 0.5, state, in_place=True, park=park).state
         idle.append(time.perf_counter() - start)
     gc.unfreeze()
     pairs = sum(len(ruleset.for_series(k)) for k in series)
@@ -204,6 +213,7 @@ def append_cost(history: int) -> tuple[float, float]:
     its anchor, a plain loop appending the same samples to each series' three arrays (found by key, as the buffer
     must): the least any Python buffer does. The two in turns, each on its own buffer."""
     series, buf = filled(history)
+    buf.open_inbox()  # as the service's, whose evaluations park pairs (`alertd.inbox`)
     _, plain = filled(history)
     arrays = {k: (s.times, s.values, s.steps) for k in series if (s := plain.get(k)) is not None}
     took: tuple[list[float], list[float]] = ([], [])
@@ -222,10 +232,32 @@ def append_cost(history: int) -> tuple[float, float]:
     return statistics.median(took[0]) * 1000, statistics.median(took[1]) * 1000
 
 
-def window_tick_cost(history: int) -> tuple[float, float, float, int]:
+def cycle_cost(history: int) -> tuple[float, float]:
+    """Milliseconds (median of 15): what the service pays for a tick's samples, the append and the tick, as it
+    evaluates (its buffer's inbox open, its pairs parked) and with every pair stepped (no inbox), in turns, each on
+    its own buffer."""
+    ruleset = classic_rules()
+    chains = []
+    for park in (True, False):
+        series, buf = filled(history)
+        chains.append((park, buf, [evaluate(ruleset, buf, float(history - 1)).state], []))
+    HeapFreezer().started(True, 2 * len(chains[0][1]))
+    for t in range(history, history + 15):
+        batch = [Sample(k, float(t), t, value(k.metric, t)) for k in series]
+        for park, buf, state, took in chains if t % 2 else reversed(chains):
+            start = time.perf_counter()
+            buf.append(batch)
+            state[0] = evaluate(ruleset, buf, float(t), state[0], in_place=True, park=park).state
+            took.append(time.perf_counter() - start)
+    gc.unfreeze()
+    return statistics.median(chains[0][3]) * 1000, statistics.median(chains[1][3]) * 1000
+
+
+def window_tick_cost(history: int, park: bool = True) -> tuple[float, float, float, int]:
     """The window rules and the threshold rules on the same buffer, timed tick by tick, one right after the
     other (in turns, first one then the other first), so that a busy machine slows both alike: the median
-    tick of each and the median of the per-tick ratios."""
+    tick of each and the median of the per-tick ratios. `park`: as the service evaluates (quiet and steady pairs
+    parked, judged column-wise); else every pair stepped in Python (`evaluate`'s `park=False`)."""
     rulesets = {"window": window_rules(), "threshold": threshold_rules()}
     series, buf = filled(history)
     states = {name: evaluate(rs, buf, float(history - 1)).state for name, rs in rulesets.items()}
@@ -236,7 +268,7 @@ def window_tick_cost(history: int) -> tuple[float, float, float, int]:
         order = list(rulesets) if t % 2 else list(reversed(rulesets))
         for name in order:
             start = time.perf_counter()
-            states[name] = evaluate(rulesets[name], buf, float(t), states[name], in_place=True).state
+            states[name] = evaluate(rulesets[name], buf, float(t), states[name], in_place=True, park=park).state
             took[name].append(time.perf_counter() - start)
     gc.unfreeze()
     ratios = [w / th for w, th in zip(took["window"], took["threshold"], strict=True)]
@@ -250,13 +282,15 @@ def main() -> None:
     bytes_per_sample()
     for history in (100, 1000):
         busy, slowest, idle, pairs = tick_cost(history)
+        stepped, stepped_slowest, _, _ = tick_cost(history, park=False)
         floor = numpy_floor(history)
         print(
             f"evaluation tick: {busy:.1f} ms for 10000 series x 10 rules, one new sample per series "
             f"({pairs} rule-series pairs, {history} samples of history; target <= 100 ms, goal <= 10 ms); "
             f"tick without new samples: {idle:.1f} ms; the numpy floor of the same conditions {floor:.2f} ms "
-            f"({busy / floor:.0f}x); the slowest tick after the first {slowest:.0f} ms (the 2,000 rising pairs fire or "
-            f"resolve together every few ticks)"
+            f"({busy / floor:.1f}x); the slowest tick after the first {slowest:.0f} ms (the 2,000 rising pairs fire or "
+            f"resolve together every few ticks); every pair stepped (no parking): {stepped:.1f} ms, the slowest "
+            f"{stepped_slowest:.0f} ms ({stepped / busy:.1f}x the tick)"
         )
         if history == 100:
             base, parts = tick_by_rule(history)
@@ -270,12 +304,24 @@ def main() -> None:
             f"buffer append of a tick's samples: {appended:.1f} ms for 10000 series x 1 sample ({history} samples of "
             f"history); a plain loop appending them to each series' arrays {loop:.1f} ms ({appended / loop:.1f}x)"
         )
-    for history in (300, 1000):
-        windowed, threshold, ratio, pairs = window_tick_cost(history)
+        parked, stepped = cycle_cost(history)
         print(
-            f"window rules tick: {windowed:.1f} ms for 10000 series, {pairs} pairs under avg/20 samples, zscore/100, "
-            f"quantile/100, plateau, avg/5m; the same metrics under thresholds: {threshold:.1f} ms; "
-            f"ratio {ratio:.2f}x ({history} samples of history; target <= 2x)"
+            f"append and tick together, 10000 series x 10 rules ({history} samples of history): {parked:.1f} ms as the "
+            f"service evaluates (its inbox written, pairs parked); every pair stepped, no inbox: {stepped:.1f} ms "
+            f"({stepped / parked:.1f}x)"
+        )
+    for history in (300, 1000):
+        windowed, threshold, ratio, pairs = window_tick_cost(history, park=False)
+        print(
+            f"window rules tick, every pair stepped: {windowed:.1f} ms for 10000 series, {pairs} pairs under avg/20 "
+            f"samples, zscore/100, quantile/100, plateau, avg/5m; the same metrics under thresholds: "
+            f"{threshold:.1f} ms; ratio {ratio:.2f}x ({history} samples of history; target <= 2x)"
+        )
+        windowed, threshold, ratio, _ = window_tick_cost(history)
+        print(
+            f"window rules tick, as the service evaluates (steady pairs parked, judged column-wise): "
+            f"{windowed:.1f} ms; the thresholds {threshold:.1f} ms; ratio {ratio:.2f}x ({history} samples of history; "
+            f"the zscore and plateau pairs are never parked)"
         )
 
 

@@ -849,15 +849,13 @@ def evaluate(
     return Evaluation(now, state, tuple(run.transitions), run.errors)
 
 
-def _parking(ruleset: RuleSet, buffer: SeriesBuffer, prev: EvalState) -> Parking | None:
+def _parking(ruleset: RuleSet, buffer: SeriesBuffer, prev: EvalState) -> Parking:
     """The parking of a chain going on from `prev`: its own where it had one under `ruleset` on this buffer (the
-    tick checks it saw the version before, `_Run.changed_series`), else a new one (none where no rule parks)."""
+    tick checks it saw the version before, `_Run.changed_series`), else a new one."""
     old = prev.parking
     if old is not None and old.ruleset is ruleset and old.inbox is buffer.inbox:
         return old
-    if not ruleset.columns:
-        return None
-    parking = Parking(ruleset, buffer.open_inbox())
+    parking = Parking(ruleset, buffer.open_inbox())  # (with no rule parked, the series no rule watches are passed by)
     parking.version = prev.version
     return parking
 
