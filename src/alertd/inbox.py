@@ -11,8 +11,9 @@ forgotten at the series limits (its slot is given to another series only after t
 reader that saw the stir never meets the slot's new series under the old one's rows). A stir made between appends (an
 eviction by age of every series, `SeriesBuffer.evict_all`) is read at once and again with the next append's rows.
 
-Bounded: once it holds more than `KEPT_ROWS` rows and four per series, an append clears it first; a reader whose
-version is older than the clear (`since` says None) has lost rows and must take every series as stirred.
+Bounded: a reader that has read the rows up to a version drops them (`consumed`: the service's evaluation, after
+each tick); and once it holds more than `KEPT_ROWS` rows and four per series, an append clears it first. A reader
+whose version is older than a clear (`since` says None) has lost rows and must take every series as stirred.
 """
 
 from __future__ import annotations
@@ -100,6 +101,24 @@ class Inbox:
             self.open_from = (0, 0)
             self.base = version
             self.spare.extend(self.freed)
+            self.freed.clear()
+
+    def consumed(self, version: int) -> None:
+        """A reader has read every row up to buffer `version`: those are dropped (another reader behind it finds
+        `since` None, and takes every series as stirred)."""
+        marks = self.marks
+        k = 0
+        while k < len(marks) and marks[k][0] <= version:
+            k += 1
+        if not k:
+            return
+        rows, stirs = marks[k][1:] if k < len(marks) else self.open_from
+        del self.slots[:rows], self.samples[:rows], self.stirs[:stirs]
+        self.marks = [(v, r - rows, s - stirs) for v, r, s in marks[k:]]
+        self.open_from = (self.open_from[0] - rows, self.open_from[1] - stirs)
+        self.base = max(self.base, version)
+        if not self.marks and self.open_from == (len(self.slots), len(self.stirs)) and not self.slots:
+            self.spare.extend(self.freed)  # their stirs read: their slots may go to new series
             self.freed.clear()
 
     def mark(self, version: int) -> None:

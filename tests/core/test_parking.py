@@ -110,6 +110,7 @@ def test_quiet_pairs_are_parked_and_a_series_whose_pairs_all_are_is_passed_by() 
         state = evaluate(rules, buffer, float(t), state, in_place=True).state
     parking = state.parking
     assert parking is not None
+    assert buffer.inbox is not None and len(buffer.inbox) == 0  # the rows read are dropped: a tick's at most
     series = buffer.get(key)
     assert series is not None
     assert parking.settled[series.slot]  # both pairs parked: the tick passes the series by

@@ -831,6 +831,7 @@ def evaluate(
     if parking is not None:
         parking.flush()
         parking.version = buffer.version
+        parking.inbox.consumed(buffer.version)  # (its rows read: the inbox holds a tick's at most)
         if type(tracks) is dict:  # (pairs are parked only on tracks handed over)
             tracks = ParkedTracks(tracks, parking)
         if parking.absences and type(timers) is dict:

@@ -386,6 +386,7 @@ class Parking:
                 if col.count:
                     for slot in dict.fromkeys(stirred[col.parked[stirred]].tolist()):
                         self._unpark(col, slot)
+            self.settled[stirred] = False  # (a slot with no rule too: it may be another series' now)
         if not len(slots):
             return []
         bad = np.bincount(slots, minlength=self.size) > 1  # several samples since the last tick
