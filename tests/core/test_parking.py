@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from alertd.buffer import BufferLimits, SeriesBuffer
 from alertd.model import Sample, SeriesKey
 from alertd.rules import RuleSet
+from alertd.rules.carry import carry_over
 from alertd.rules.evaluate import AlertMemo, EvalState, evaluate
 from alertd.rules.parking import ParkedTracks
 from alertd.rules.state import Track
@@ -55,11 +56,17 @@ def fields(state: EvalState) -> dict[object, dict[str, str]]:
 
 
 @settings(max_examples=200, deadline=None)
-@given(ticks=st.lists(tick, min_size=1, max_size=40), limit=st.sampled_from([3, 64]), room=st.sampled_from([3, 99]))
-def test_a_chain_that_parks_gives_what_a_chain_that_steps_every_pair_gives(ticks, limit, room) -> None:  # type: ignore[no-untyped-def]
+@given(
+    ticks=st.lists(tick, min_size=1, max_size=40),
+    limit=st.sampled_from([3, 64]),
+    room=st.sampled_from([3, 99]),
+    reload=st.integers(0, 60),
+)
+def test_a_chain_that_parks_gives_what_a_chain_that_steps_every_pair_gives(ticks, limit, room, reload) -> None:  # type: ignore[no-untyped-def]
     """Samples one by one and several at once, steps going back (a restart), times going back, NaN and Inf, a buffer
     of 3 samples (evictions down to the newest, by age too), room for 3 series of 4 (one idle a minute forgotten
-    for a new one, its slot given again), runs that end and go on, the tracks read now and then (settled) or not."""
+    for a new one, its slot given again), runs that end and go on, the tracks read now and then (settled) or not, the
+    rules reloaded midway (`carry_over`: the parked tracks and timers carried, settled, to a new rule set)."""
     ruleset = RuleSet(RULES)
     chains, memos = [], (AlertMemo(), AlertMemo())
     for park in (True, False):
@@ -75,6 +82,11 @@ def test_a_chain_that_parks_gives_what_a_chain_that_steps_every_pair_gives(ticks
                 last[i] = last[i] if value is None else value
                 batch.append(Sample(KEYS[i], t - late if late > 6 else t, steps[i], last[i]))
         got = []
+        if k == reload:
+            reloaded = RuleSet(RULES)
+            for _, buffer, states in chains:
+                states[0] = carry_over(states[0], ruleset, reloaded, buffer)[0]
+            ruleset = reloaded
         for park, buffer, states in chains:
             buffer.append(batch, t)
             if k % 11 == 10:

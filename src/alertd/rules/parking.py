@@ -1,24 +1,31 @@
-"""Parked pairs: the quiet (rule, series) pairs of the service's chain of evaluations, judged column-wise.
+"""Parked pairs: the quiet and steady (rule, series) pairs of the service's chain of evaluations, judged column-wise.
 
-The service's tick steps every pair whose series has a new sample. Most are quiet (their alert inactive, their
-condition false) and judge a sample by its value alone, or by it and the value before: a threshold, `nonfinite`,
-`increasing`/`decreasing` (`column_judge`). Such a pair, once a tick has stepped it quietly, is parked: its track is
-left as it is, and each tick judges the parked pairs of each rule at once on the buffer's inbox (`alertd.inbox`, the
-rows the appends wrote: series slot, value, time, step), with numpy. A pair whose condition holds there long enough
-to stop being quiet (its streak reaching the rule's `consecutive`), or whose series is stirred (a restart, several
-samples in one tick, an eviction down to one sample, its series forgotten), is handed back (`unpark`) as the sample
-before found it, and the tick steps it as any other. A series whose pairs are all parked (or that no rule watches)
-is not visited at all: the tick's cost follows the pairs that can change.
+The service's tick steps every pair whose series has a new sample, and most change nothing but the note of it: quiet
+(their alert inactive, their condition false) or steadily firing (the condition holding). Such a pair, once a tick
+has stepped it so (`_Run.quiet_ticks`, or `_Run.track` leaving it steady with no time-based change due), is parked:
+its track is left as it is, and each tick judges each rule's parked pairs at once on the buffer's inbox
+(`alertd.inbox`: each append's rows, a series slot and the sample), with numpy (`column_judge` says how):
+- a threshold, `nonfinite`, `increasing`/`decreasing`: the condition on the new value (and the one before), the
+  streak towards `consecutive`; quiet or steadily firing (`ValueColumn`);
+- a spike over a median, a min, max, quantile or avg window compared with a number: a bound of the values its window
+  can hold keeps the condition false, as the condition's own `_settled_still` settles one sample; quiet only
+  (`SpikeColumn`, `WindowColumn`);
+- an absence: its timer, moved on by each sample; quiet only (`AbsentColumn`).
+A pair that stops being quiet or steady there (or can't be told so), whose series is stirred (a restart, several
+samples in one tick, an eviction down to one sample, the series forgotten), whose timer falls due or whose run ends
+is handed back (`_unpark`) as the sample before left it, and the tick steps it as any other. A series whose pairs
+are all parked (or that no rule watches) is not visited at all: the tick's cost follows the pairs that can change.
 
-A parked track is settled for any reader: the parking keeps, by slot, the last sample its pairs saw (value, time,
-step, the series' end) and, by rule and slot, the streak; `ParkedTracks`, the state's tracks while pairs are parked,
-writes them on a track as it is read (`settle`), so every reader but the evaluation sees the tracks the sample by
-sample chain would have. What a save must write (`take_changed`) is the parked pairs whose series had rows since the
-last save, beside the pairs the evaluations wrote (`EvalState.written`).
+A parked track is settled for any reader: the parking keeps, by slot, the last sample its pairs saw and the series'
+end after it and, by rule and slot, the streak or the timer; `ParkedTracks` and `ParkedTimers`, the state's tracks
+and timers while pairs are parked, write them on a track as it is read (`settle`), so every reader but the
+evaluation sees what a chain that steps every pair (`evaluate`'s `park=False`) would have. What a save must write
+(`take_changed`) is the parked pairs whose series had rows since the last save, beside the pairs the evaluations
+wrote (`EvalState.written`).
 
 A parking belongs to one chain (`evaluate`'s `in_place`, under one `RuleSet`, at the buffer version it saw last):
-anything else (another rule set, a version it did not see, an inbox cleared before it read it) releases it, every
-parked track settled and handed back first.
+anything else (another rule set, a version it did not see, an inbox that dropped rows before it read them) releases
+it, every parked track settled and handed back first, with its timer.
 """
 
 from __future__ import annotations
@@ -44,16 +51,16 @@ PairKey = tuple[str, SeriesKey]
 Ended = tuple[set[tuple[str | None, str | None]], set[SeriesKey]]
 """The runs that ended and the series taken over (`SeriesBuffer.ended_since`)."""
 Judge = Callable[[Any, Any], Any]
+"""(the new values, the values before them) -> where the condition holds (numpy arrays)."""
 Kind = Judge | Spike | WindowAggregate | Absent
 """How a rule's pairs are judged parked (`column_judge`)."""
-"""(the new values, the values before them) -> where the condition holds (numpy arrays)."""
 
 
 def column_judge(rule: Rule) -> Kind | None:
-    """How the rule's quiet pairs are judged parked: a threshold, `nonfinite` and a trend by a `Judge` that gives the
+    """How the rule's pairs are judged parked: a threshold, `nonfinite` and a trend by a `Judge` that gives the
     answers of the condition's `check` on a series' newest sample (the sample before it in the buffer); a spike over
-    a median by the extremes of its window (`SpikeColumn`); None where the rule is never parked (an absence, any
-    other window, an `expr` or `peers` rule)."""
+    a median and a window settled by its extremes by the condition itself (`BoundColumn`); an absence by its timer;
+    None where the rule is never parked (any other window, a zscore, a plateau, an `expr` or `peers` rule)."""
     if rule.expr is not None or rule.peers is not None:
         return None
     if rule.absent is not None:
