@@ -23,7 +23,8 @@ with no rule at all: where the tick goes (each rule alone also pays for the rows
 more than the whole tick).
 
 Append and tick together: what the service pays for a tick's samples, as it evaluates (the inbox written by the
-append, the pairs parked) beside every pair stepped with no inbox, in turns on two buffers.
+append, the pairs parked) beside every pair stepped with no inbox, in turns on two buffers. And a tick of three new
+samples per series (a source that reads a few steps at a time: each series' rows judged in order), both ways.
 
 Append: `SeriesBuffer.append` of one tick's samples (one for each series), its inbox open as the service's is (each
 sample's row written for the parked pairs' column-wise tick, `alertd.inbox`), beside a plain loop appending them to
@@ -253,6 +254,28 @@ def cycle_cost(history: int) -> tuple[float, float]:
     return statistics.median(chains[0][3]) * 1000, statistics.median(chains[1][3]) * 1000
 
 
+def several_cost(history: int, per: int) -> tuple[float, float]:
+    """Milliseconds (median of 15 ticks): the tick with `per` new samples per series (a source that reads a few steps
+    at a time), as the service evaluates and with every pair stepped, in turns, each on its own buffer."""
+    ruleset = classic_rules()
+    chains = []
+    for park in (True, False):
+        series, buf = filled(history)
+        chains.append((park, buf, [evaluate(ruleset, buf, float(history - 1)).state], []))
+    HeapFreezer().started(True, 2 * len(chains[0][1]))
+    t0 = history
+    for tick in range(15):
+        batch = [Sample(k, float(t), t, value(k.metric, t)) for t in range(t0, t0 + per) for k in series]
+        for park, buf, state, took in chains if tick % 2 else reversed(chains):
+            buf.append(batch)
+            start = time.perf_counter()
+            state[0] = evaluate(ruleset, buf, float(t0 + per - 1), state[0], in_place=True, park=park).state
+            took.append(time.perf_counter() - start)
+        t0 += per
+    gc.unfreeze()
+    return statistics.median(chains[0][3]) * 1000, statistics.median(chains[1][3]) * 1000
+
+
 def window_tick_cost(history: int, park: bool = True) -> tuple[float, float, float, int]:
     """The window rules and the threshold rules on the same buffer, timed tick by tick, one right after the
     other (in turns, first one then the other first), so that a busy machine slows both alike: the median
@@ -310,6 +333,13 @@ def main() -> None:
             f"service evaluates (its inbox written, pairs parked); every pair stepped, no inbox: {stepped:.1f} ms "
             f"({stepped / parked:.1f}x)"
         )
+        if history == 100:
+            parked, stepped = several_cost(history, 3)
+            print(
+                f"evaluation tick, 3 new samples per series (30000 samples; the 2,000 rising pairs fire or resolve at "
+                f"every tick): {parked:.1f} ms as the service evaluates; every pair stepped: {stepped:.1f} ms "
+                f"({stepped / parked:.1f}x)"
+            )
     for history in (300, 1000):
         windowed, threshold, ratio, pairs = window_tick_cost(history, park=False)
         print(

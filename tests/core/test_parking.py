@@ -255,3 +255,23 @@ def test_a_firing_pair_whose_run_ends_later_is_not_parked() -> None:
         seen.append(out)
     assert seen[0] == seen[1]
     assert seen[1][:2] == [("big", "firing", 0.0), ("big", "resolved", 11.0)]
+
+
+def test_an_absence_whose_run_ended_is_not_parked() -> None:
+    """The run ends at 40 s (said at once, a time ahead): an absence of 35 s after a sample at 6 s would begin after
+    the end, so none is timed; the samples before 5 s time one (before the end). The timers and transitions are
+    those of a chain that steps every pair."""
+    rules = RuleSet([rule("{name: gone, metric: loss, condition: {absent: 35s}}")])
+    key, done = SeriesKey("loss", (("run", "a"),)), SeriesKey("run.finished", (("run", "a"),))
+    seen = []
+    for park in (True, False):
+        buffer, state, out = SeriesBuffer(), EvalState(), []
+        for t in range(9):
+            batch = [Sample(key, float(t), t, 1.0)] + ([Sample(done, 40.0, None, 1.0)] if t == 2 else [])
+            buffer.append(batch, float(t))
+            ev = evaluate(rules, buffer, float(t), state, in_place=True, park=park)
+            state = ev.state
+            out.append((dict(state.timers), [(x.rule, x.state.value, x.time) for x in ev.transitions]))
+        seen.append(out)
+    assert seen[0] == seen[1]
+    assert seen[1][8] == ({}, [])  # no absence timed after the run's end

@@ -444,17 +444,20 @@ class _Run:
         return stirred or not quiet
 
     def _park_stepped(self, rule: Rule, series: Series, pair: PairKey, tr: Track) -> None:
-        """Park a pair of a threshold, `nonfinite` or trend that `track` left steady, as the next tick's `quiet_ticks`
-        would: no time-based change due (a pending alert's `for`, a `keep_firing_for`, a run's end to come), so it is
-        quiet, or firing while its condition holds. A pair that fires or resolves at a tick is not visited at the
-        next."""
+        """Park a pair that `track` left steady, as the next tick's `quiet_ticks` would (`Column.steady`): no time-based
+        change due (a pending alert's `for`, a `keep_firing_for`, a run's end to come) but a quiet absence's timer, so
+        it is quiet, or firing while its condition holds. A pair that fires or resolves at a tick, or whose series had
+        several samples, is not visited at the next."""
         parking = self.parking
         col = self.ruleset.column(rule.name)
-        if parking is None or col < 0 or not parking.cols[col].after_track or pair in self.timers:
+        if parking is None or col < 0 or tr.generation != series.generation or tr.position != series.end:
             return
-        if tr.generation == series.generation and tr.position == series.end:
-            watch = self.ruleset.watch(series)
-            parking.park(col, series, pair, tr, len(watch.pairs) if not watch.others else -1)
+        due = self.timers.get(pair)
+        if not parking.cols[col].steady(tr, due, self._finished_at(rule, series.key) if due is not None else None):
+            return
+        watch = self.ruleset.watch(series)
+        if parking.park(col, series, pair, tr, len(watch.pairs) if not watch.others else -1) and due is not None:
+            del self._timers_w()[pair]  # the parking's now (`AbsentColumn`)
 
     def quiet_ticks(  # noqa: C901 (one loop over the tick's series and their pairs: the service's hot path)
         self, changed: Iterable[Series], now: float

@@ -11,9 +11,10 @@ its track is left as it is, and each tick judges each rule's parked pairs at onc
   can hold keeps the condition false, as the condition's own `_settled_still` settles one sample; quiet only
   (`SpikeColumn`, `WindowColumn`);
 - an absence: its timer, moved on by each sample; quiet only (`AbsentColumn`).
-A pair that stops being quiet or steady there (or can't be told so), whose series is stirred (a restart, several
-samples in one tick, an eviction down to one sample, the series forgotten), whose timer falls due or whose run ends
-is handed back (`_unpark`) as the sample before left it, and the tick steps it as any other. A series whose pairs
+A series' several rows since the last tick are judged in their order (`_levels`). A pair that stops being quiet or
+steady at a row (or can't be told so), whose series is stirred (a restart, many samples appended at once, an eviction
+down to one sample, the series forgotten), whose timer falls due or whose run ends is handed back (`_unpark`) as the
+sample before left it, and the tick steps it through the rest as any other. A series whose pairs
 are all parked (or that no rule watches) is not visited at all: the tick's cost follows the pairs that can change.
 
 A parked track is settled for any reader: the parking keeps, by slot, the last sample its pairs saw and the series'
@@ -86,9 +87,6 @@ def column_judge(rule: Rule) -> Kind | None:
 class Column:
     """One rule's parked pairs, by slot."""
 
-    after_track = False
-    """Whether a pair `_Run.track` leaves steady is parked at once (`_Run._park_stepped`: a value's condition alone)."""
-
     __slots__ = ("count", "owner", "parked", "pending", "rule", "tracks")
 
     def __init__(self, owner: Parking, rule: Rule, size: int) -> None:
@@ -113,13 +111,19 @@ class Column:
         """Keep the numbers `prepare` gave for the pairs parked at `slots` (their tracks `trs`)."""
         raise NotImplementedError
 
-    def judge(self, at: Any, values: Any, before: Any, good: Any, samples: Any, now: float) -> Any:
-        """For the rows of parked pairs (their slots `at`, new values, the values before, whether each is the slot's
-        one plain new sample, the samples) at `now`: where a pair must be handed back; the others' state moved on."""
+    def judge(self, at: Any, values: Any, before: Any, samples: Any, now: float) -> Any:
+        """For rows of parked pairs, one a slot (their slots `at`, new values, the values before, the samples) at `now`:
+        where a pair must be handed back; the others' state moved on."""
         raise NotImplementedError
 
     def streak(self, slot: int) -> int:
         return 0
+
+    def steady(self, tr: Track, due: float | None, finished: float | None) -> bool:
+        """Whether a pair `_Run.track` just stepped may be parked (`_Run._park_stepped`), its timer `due` (if any) and
+        when its run ended (`finished`, asked where it has a timer): with no time-based change to come (`prepare`
+        tells the rest)."""
+        return due is None
 
     def unparked(self, slot: int, pair: PairKey) -> None:
         """`pair`, parked at `slot`, is handed back."""
@@ -141,7 +145,6 @@ class ValueColumn(Column):
     one (`firing`: its condition holding, no `keep_firing_for` running) where its condition stops holding."""
 
     __slots__ = ("firing", "need", "streaks", "test")
-    after_track = True
 
     def __init__(self, owner: Parking, rule: Rule, test: Judge, size: int) -> None:
         super().__init__(owner, rule, size)
@@ -162,10 +165,10 @@ class ValueColumn(Column):
         self.streaks[slots] = [tr.streak for tr in trs]
         self.firing[slots] = [tr.state is AlertState.FIRING for tr in trs]
 
-    def judge(self, at: Any, values: Any, before: Any, good: Any, samples: Any, now: float) -> Any:
-        holds = self.test(values, before) & good
+    def judge(self, at: Any, values: Any, before: Any, samples: Any, now: float) -> Any:
+        holds = self.test(values, before)
         streak = np.where(holds, self.streaks[at] + 1, 0)
-        out = ~good | np.where(self.firing[at], ~holds, streak >= self.need)
+        out = np.where(self.firing[at], ~holds, streak >= self.need)
         stay = ~out
         self.streaks[at[stay]] = streak[stay]
         return out
@@ -222,14 +225,14 @@ class BoundColumn(Column):
         within `bound`."""
         raise NotImplementedError
 
-    def judge(self, at: Any, values: Any, before: Any, good: Any, samples: Any, now: float) -> Any:
+    def judge(self, at: Any, values: Any, before: Any, samples: Any, now: float) -> Any:
         finite = np.isfinite(values)
         sure = self.sure(values, self.bound[at], finite)
         if self.seconds is not None:  # a row back in time: the window's start may go back
             times = np.fromiter(map(_time, samples), np.float64, len(samples))
             last = np.fromiter(map(_time, self.owner.last[at]), np.float64, len(at))
             sure &= times >= last
-        out = ~good | ~sure
+        out = ~sure
         stay = ~out & finite
         moved = values[stay]
         kept = self.bound[at[stay]]
@@ -300,15 +303,19 @@ class AbsentColumn(Column):
     def store(self, slots: Any, numbers: list[float], trs: list[Track]) -> None:
         self.dues[slots] = numbers
 
-    def judge(self, at: Any, values: Any, before: Any, good: Any, samples: Any, now: float) -> Any:
+    def judge(self, at: Any, values: Any, before: Any, samples: Any, now: float) -> Any:
         times = np.fromiter(map(_time, samples), np.float64, len(samples))
-        out = ~good | (self.dues[at] < times)  # (one due by `now` is handed back after the rows: `due`)
+        out = self.dues[at] < times  # (one due by `now` is handed back after the rows: `due`)
         stay = ~out
         self.dues[at[stay]] = times[stay] + self.seconds
         return out
 
     def unparked(self, slot: int, pair: PairKey) -> None:
         self.owner.restore.append((pair, float(self.dues[slot])))
+
+    def steady(self, tr: Track, due: float | None, finished: float | None) -> bool:
+        """Quiet, its timer (the absence its last sample times, as `_Run._absence_timed`) due, its run going on."""
+        return tr.state is AlertState.INACTIVE and due is not None and finished is None
 
     def due(self, now: float) -> None:
         """Hand back the pairs whose timer is due by `now`."""
@@ -319,6 +326,18 @@ class AbsentColumn(Column):
     def ended(self, ended: Ended) -> None:
         """Every pair: an absence stops at its run's end."""
         self._hand_back_ended(list(self.tracks), ended)
+
+
+def _levels(slots: Any) -> list[Any]:
+    """The rows in levels, each a slot's row at most, in their order: every slot's first row, then every second..."""
+    n = len(slots)
+    if n == len(np.unique(slots)):
+        return [np.arange(n)]
+    order = np.argsort(slots, kind="stable")
+    ranked = slots[order]
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n) - np.searchsorted(ranked, ranked, side="left")
+    return [np.flatnonzero(rank == r) for r in range(int(rank.max()) + 1)]
 
 
 _time = itemgetter(1)
@@ -396,33 +415,31 @@ class Parking:
             self.settled[stirred] = False  # (a slot with no rule too: it may be another series' now)
         if not len(slots):
             return []
-        bad = np.bincount(slots, minlength=self.size) > 1  # several samples since the last tick
-        bad[stirred] = True
-        clean = ~bad[slots]
-        values = rows.values
         with np.errstate(all="ignore"):
-            for col in self.cols:
-                if not col.count:
-                    continue
-                mine = np.flatnonzero(col.parked[slots])
-                if not len(mine):
-                    continue
-                at = slots[mine]
-                out = col.judge(at, values[mine], self.value[at], clean[mine], rows.samples[mine], now)
-                for slot in dict.fromkeys(at[out].tolist()):  # (a slot with several rows has them all out)
-                    self._unpark(col, slot)
-        at = slots[clean]  # one row each
-        self.value[at] = values[clean]
-        self.last[at] = rows.samples[clean]
-        self.end[at] += 1
-        self.changed[at] = True
-        visit = ~self.settled[slots]
-        first = slots[visit & clean]
-        again = slots[visit & ~clean]
-        if len(again):
-            first = np.concatenate((first, np.unique(again)))
+            for level in _levels(slots):
+                self._level(rows, level, now)
+        visit = np.unique(slots[~self.settled[slots]])
         series = self.inbox.series
-        return [s for slot in first.tolist() if (s := series[slot]) is not None]
+        return [s for slot in visit.tolist() if (s := series[slot]) is not None]
+
+    def _level(self, rows: Rows, level: Any, now: float) -> None:
+        """Judge the rows at `level` (indices of rows, one at most a slot: each slot's first, then second, ...)."""
+        slots = rows.slots[level]
+        values, samples = rows.values[level], rows.samples[level]
+        for col in self.cols:
+            if not col.count:
+                continue
+            mine = np.flatnonzero(col.parked[slots])
+            if not len(mine):
+                continue
+            at = slots[mine]
+            out = col.judge(at, values[mine], self.value[at], samples[mine], now)
+            for slot in at[out].tolist():
+                self._unpark(col, slot)
+        self.value[slots] = values
+        self.last[slots] = samples
+        self.end[slots] += 1
+        self.changed[slots] = True
 
     def park(self, col: int, series: Series, pair: PairKey, tr: Track, pairs: int) -> bool:
         """Park `pair`, quiet after its step to the series' newest sample; `pairs`: the pairs a tick steps on the
