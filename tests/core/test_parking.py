@@ -31,10 +31,13 @@ RULES = [
     rule("{name: avg, metric: loss, condition: {avg: {over: 3 samples}, op: '>', value: 8}}"),
     rule("{name: q, metric: acc, condition: {quantile: {over: 30s, q: 0.2}, op: '<=', value: 1}}"),
     rule("{name: sum, metric: loss, condition: {sum: {over: 3 samples}, op: '>', value: 20}}"),
+    rule("{name: div, metric: loss, condition: {avg: {over: 2 samples, baseline: 3 samples}, op: '>', ratio: 1.5}}"),
+    rule("{name: fall, metric: acc, condition: {max: {over: 2 samples, baseline: 2 samples}, op: '<', ratio: 0.5}}"),
 ]
 """Parked rules (thresholds, nonfinite, trends, quiet or steadily firing; spikes over a median and windows (an avg, a
-quantile) of samples and of seconds, up and down, absences, quiet; `for`, `keep_firing_for`, `consecutive`) beside a
-rule that never is (a sum), on one metric, and on another with parked rules only (`acc`: its series are passed by)."""
+quantile; an avg and a max against their baselines) of samples and of seconds, up and down, absences, quiet; `for`,
+`keep_firing_for`, `consecutive`) beside a rule that never is (a sum), on one metric, and on another with parked rules
+only (`acc`: its series are passed by)."""
 
 values = st.one_of(
     st.just(None),  # the series' value before again: steady alerts, quiet or firing
@@ -275,3 +278,19 @@ def test_an_absence_whose_run_ended_is_not_parked() -> None:
         seen.append(out)
     assert seen[0] == seen[1]
     assert seen[1][8] == ({}, [])  # no absence timed after the run's end
+
+
+def test_a_parked_window_against_its_baseline_takes_in_the_values_it_notes() -> None:
+    """An avg over 2 samples against the 3 before, parked over 5s (its bounds: 5 and 5): 3.5s come (the baseline's
+    bound falls to 3.5, the recent one stays 5: still short of 1.5x), then 7s: twice the 3.5s that fill the baseline
+    by then, it fires, though 7 is short of 1.5 times the 5 it was parked with. A max falling below half its
+    baseline's, the same way down."""
+    over = "over: 2 samples, baseline: 3 samples"
+    div = rule(f"{{name: div, metric: loss, condition: {{avg: {{{over}}}, op: '>', ratio: 1.5}}}}")
+    feed = [(float(t), v) for t, v in enumerate([5.0] * 5 + [3.5] * 4 + [7.0] * 2)]
+    parked, stepped = chains(RuleSet([div]), feed, SeriesKey("loss", (("run", "a"),)))
+    assert parked == stepped == [("div", "firing", 10.0)]
+    fall = rule(f"{{name: fall, metric: acc, condition: {{max: {{{over}}}, op: '<', ratio: 0.5}}}}")
+    feed = [(float(t), v) for t, v in enumerate([2.0] * 5 + [3.0] * 4 + [1.4] * 2)]
+    parked, stepped = chains(RuleSet([fall]), feed, SeriesKey("acc", (("run", "a"),)))
+    assert parked == stepped == [("fall", "firing", 10.0)]

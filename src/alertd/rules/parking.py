@@ -79,9 +79,21 @@ def column_judge(rule: Rule) -> Kind | None:
         return lambda v, before: np.isfinite(v) & np.isfinite(before) & (before - v > delta)
     if isinstance(cond, Spike) and cond.stat == "median":
         return cond
-    if isinstance(cond, WindowAggregate) and cond._settles is not None:
+    if isinstance(cond, WindowAggregate) and (cond._settles is not None or _ratio_settles(cond)):
         return cond
     return None
+
+
+def _ratio_settles(window: WindowAggregate) -> bool:
+    """Whether a window compared with its baseline is settled by extremes (`RatioColumn`)."""
+    return (
+        window.baseline is not None
+        and window.ratio is not None
+        and window.kind in ("avg", "min", "max", "quantile")
+        and window.op in (">", ">=", "<", "<=")
+        and window.over.samples is not None
+        and window.baseline.samples is not None
+    )
 
 
 class Column:
@@ -95,19 +107,19 @@ class Column:
         self.parked = np.zeros(size, bool)
         self.tracks: dict[int, tuple[PairKey, Track]] = {}
         self.count = 0
-        self.pending: list[tuple[int, PairKey, Track, float, int]] = []
+        self.pending: list[tuple[int, PairKey, Track, Any, int]] = []
         """The pairs parked by this evaluation, their state written at its end (`Parking.flush`): (slot, pair, track,
         the column's number for it (`prepare`), the pairs a tick steps on its series)."""
 
     def grow(self, size: int) -> None:
         self.parked = _grown(self.parked, size)
 
-    def prepare(self, tr: Track, series: Series) -> float | None:
+    def prepare(self, tr: Track, series: Series) -> Any:
         """What the column keeps of a pair to park (its track `tr`, just stepped to the series' newest sample): a
-        number (`store`), or None where it can't be parked."""
+        number or numbers (`store`), or None where it can't be parked."""
         raise NotImplementedError
 
-    def store(self, slots: Any, numbers: list[float], trs: list[Track]) -> None:
+    def store(self, slots: Any, numbers: list[Any], trs: list[Track]) -> None:
         """Keep the numbers `prepare` gave for the pairs parked at `slots` (their tracks `trs`)."""
         raise NotImplementedError
 
@@ -276,6 +288,62 @@ class WindowColumn(BoundColumn):
         if self.low:
             return bound - np.abs(bound) * 1e-12 > self.value
         return bound + np.abs(bound) * 1e-12 < self.value
+
+
+class RatioColumn(Column):
+    """A min, max, quantile or avg of a window compared with the same over the window before it (`baseline`), both by
+    samples: `>` or `>=` a ratio is false where the greatest value the recent window can hold, over the least the
+    baseline can (positive), is short of it, with a margin; `<` or `<=`, where the least recent over the greatest
+    baseline is past it. Each bound, found at parking over the newest sample's window (and its baseline), takes in
+    each new value, as `BoundColumn`'s."""
+
+    __slots__ = ("above", "base", "base_samples", "ratio", "recent", "samples")
+
+    def __init__(self, owner: Parking, rule: Rule, window: WindowAggregate, size: int) -> None:
+        super().__init__(owner, rule, size)
+        assert window.baseline is not None and window.ratio is not None
+        self.above = window.op in (">", ">=")
+        self.ratio = float(window.ratio)
+        self.samples, self.base_samples = window.over.samples or 0, window.baseline.samples or 0
+        self.recent = np.zeros(size)
+        self.base = np.zeros(size)
+
+    def grow(self, size: int) -> None:
+        super().grow(size)
+        self.recent = _grown(self.recent, size)
+        self.base = _grown(self.base, size)
+
+    def prepare(self, tr: Track, series: Series) -> Any:
+        i = len(series.times) - 1
+        if tr.streak or tr.state is not AlertState.INACTIVE or i < series.start:
+            return None
+        values = np.frombuffer(series.values[max(series.start, i - self.samples - self.base_samples) : i + 1])
+        recent = values[-self.samples - 1 :]
+        values, recent = values[np.isfinite(values)], recent[np.isfinite(recent)]
+        if not len(recent):
+            return None
+        if self.above:
+            return float(recent.max()), float(values.min())
+        return float(recent.min()), float(values.max())
+
+    def store(self, slots: Any, numbers: list[Any], trs: list[Track]) -> None:
+        self.recent[slots] = [n[0] for n in numbers]
+        self.base[slots] = [n[1] for n in numbers]
+
+    def judge(self, at: Any, values: Any, before: Any, samples: Any, now: float) -> Any:
+        finite = np.isfinite(values)
+        moved = np.where(finite, values, np.nan)
+        high, low = (np.fmax, np.fmin) if self.above else (np.fmin, np.fmax)
+        recent, base = high(self.recent[at], moved), low(self.base[at], moved)  # (fmax, fmin: NaN left out)
+        if self.above:
+            sure = (base > 0) & (recent * (1 + 1e-12) < self.ratio * base * (1 - 1e-12))
+        else:
+            sure = (recent > 0) & (base > 0) & (recent * (1 - 1e-12) > self.ratio * base * (1 + 1e-12))
+        out = ~sure
+        stay = ~out
+        self.recent[at[stay]] = recent[stay]
+        self.base[at[stay]] = base[stay]
+        return out
 
 
 class AbsentColumn(Column):
@@ -627,7 +695,9 @@ def _column(owner: Parking, rule: Rule, kind: Kind, size: int) -> Column:
     if isinstance(kind, Spike):
         return SpikeColumn(owner, rule, kind, size)
     if isinstance(kind, WindowAggregate):
-        return WindowColumn(owner, rule, kind, size)
+        if kind._settles is not None:
+            return WindowColumn(owner, rule, kind, size)
+        return RatioColumn(owner, rule, kind, size)
     if isinstance(kind, Absent):
         return AbsentColumn(owner, rule, kind, size)
     return ValueColumn(owner, rule, kind, size)
