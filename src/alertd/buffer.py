@@ -136,6 +136,7 @@ class Series:
         "key",
         "memo",
         "reach",
+        "seen_end",
         "slot",
         "start",
         "steps",
@@ -169,6 +170,8 @@ class Series:
         `RuleSet.watch`): a cache, found with no hash of the key."""
         self.slot = -1
         """Its place in the buffer's inbox (`alertd.inbox`; -1: none, as before one is opened)."""
+        self.seen_end = 0
+        """Its end after the last append that added to it, while an inbox is open (where the next one's rows start)."""
 
     def __len__(self) -> int:
         return len(self.times) - self.start
@@ -396,8 +399,10 @@ class SeriesBuffer:
             self._changed.pop(key, None)  # Re-insert: the dict stays ordered by last change.
             self._changed[key] = series
             series.changed = self.version
-            if inbox is not None and series.base != base and len(series.times) - series.start < 2:
-                inbox.stir(series.slot)  # evicted down to its newest: no sample before it to compare with
+            if inbox is not None:
+                if series.base != base and series.base >= series.seen_end:
+                    inbox.stir(series.slot)  # evicted into this append's rows: the first has no sample before it
+                series.seen_end = series.base + len(series.times) - series.start
         if inbox is not None:
             inbox.mark(self.version)
 
@@ -719,8 +724,8 @@ class SeriesBuffer:
         for series in self._series.values():
             base = series.base
             series.evict(self.limits, now)
-            if inbox is not None and series.base != base and len(series.times) - series.start < 2:
-                inbox.stir(series.slot)  # (with the next append's rows: `alertd.inbox`)
+            if inbox is not None and series.base != base:
+                inbox.stir(series.slot)  # (read at once, and with the next append's rows: `alertd.inbox`)
 
     def sample_count(self) -> int:
         """The number of buffered samples."""

@@ -5,15 +5,17 @@ Opened by the first reader that asks (`SeriesBuffer.open_inbox`); from then on e
 integer, the index of the reader's arrays) and every append writes its rows as it appends each sample (the series is
 at hand then: no second visit; two list appends, the sample object itself kept, its numbers taken out by the reader
 in columns). Where a series' samples must be looked at, the buffer writes a stir (its slot among `stirs`): the series
-restarted (a step going back cut its tail), or was left with a single sample by an eviction (a comparison with the
-sample before has nothing to compare with), or many samples went in at once (the column-wise append), or it was
+restarted (a step going back cut its tail), or an eviction took the sample before the append's first (a comparison
+with the sample before has nothing to compare with; any eviction between appends too), or many samples went in at
+once (the column-wise append), or it was
 forgotten at the series limits (its slot is given to another series only after the inbox was next cleared, so a
 reader that saw the stir never meets the slot's new series under the old one's rows). A stir made between appends (an
 eviction by age of every series, `SeriesBuffer.evict_all`) is read at once and again with the next append's rows.
 
-Bounded: a reader that has read the rows up to a version drops them (`consumed`: the service's evaluation, after
-each tick); and once it holds more than `KEPT_ROWS` rows and four per series, an append clears it first. A reader
-whose version is older than a clear (`since` says None) has lost rows and must take every series as stirred.
+Bounded: once it holds more than `KEPT_ROWS` rows and one per series, an append clears it first (the service's
+chain has read them: it evaluates after each append), so it holds about two ticks' rows at most. A reader whose
+version is older than a clear (`since` says None) has lost rows and must take every series as stirred; readers on one
+buffer do not hold rows back for each other.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from alertd.model import Sample
 if TYPE_CHECKING:
     from alertd.buffer import Series
 
-KEPT_ROWS = 1 << 16
-"""Rows the inbox holds at least before an append clears it (and four per series)."""
+KEPT_ROWS = 4096
+"""Rows the inbox holds at least before an append clears it (and one per series)."""
 
 
 class Rows(NamedTuple):
@@ -93,7 +95,7 @@ class Inbox:
         """Before an append at buffer `version`: cleared first when full (not while a stir made between appends
         waits for the next one's mark)."""
         n = len(self.slots)
-        if n > KEPT_ROWS and n > 4 * series_count and self.open_from == (n, len(self.stirs)):
+        if n > KEPT_ROWS and n > series_count and self.open_from == (n, len(self.stirs)):
             self.slots.clear()
             self.samples.clear()
             self.stirs.clear()
@@ -101,24 +103,6 @@ class Inbox:
             self.open_from = (0, 0)
             self.base = version
             self.spare.extend(self.freed)
-            self.freed.clear()
-
-    def consumed(self, version: int) -> None:
-        """A reader has read every row up to buffer `version`: those are dropped (another reader behind it finds
-        `since` None, and takes every series as stirred)."""
-        marks = self.marks
-        k = 0
-        while k < len(marks) and marks[k][0] <= version:
-            k += 1
-        if not k:
-            return
-        rows, stirs = marks[k][1:] if k < len(marks) else self.open_from
-        del self.slots[:rows], self.samples[:rows], self.stirs[:stirs]
-        self.marks = [(v, r - rows, s - stirs) for v, r, s in marks[k:]]
-        self.open_from = (self.open_from[0] - rows, self.open_from[1] - stirs)
-        self.base = max(self.base, version)
-        if not self.marks and self.open_from == (len(self.slots), len(self.stirs)) and not self.slots:
-            self.spare.extend(self.freed)  # their stirs read: their slots may go to new series
             self.freed.clear()
 
     def mark(self, version: int) -> None:
@@ -129,14 +113,17 @@ class Inbox:
             self.open_from = now
 
     def since(self, version: int) -> Rows | None:
-        """The rows of the appends after buffer `version`, or None where some were cleared before a reader there
-        saw them."""
+        """The rows of the append after buffer `version`, or None where some were cleared before a reader there saw
+        them, or where more than one append came since (each append's stirs are of its own rows: an eviction by a
+        later one may take an earlier one's rows away)."""
         if version < self.base:
             return None
         marks = self.marks
         k = len(marks)
         while k and marks[k - 1][0] > version:
             k -= 1
+        if len(marks) - k > 1:
+            return None
         end = self.open_from[0]  # and every stir, those made since the last append too (seen again with the next)
         first, stir_first = marks[k][1:] if k < len(marks) else self.open_from
         rows = self.samples[first:end]

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from alertd.buffer import BufferLimits, SeriesBuffer
+from alertd.inbox import KEPT_ROWS
 from alertd.model import Sample, SeriesKey
 from alertd.rules import RuleSet
 from alertd.rules.carry import carry_over
@@ -125,7 +126,6 @@ def test_quiet_pairs_are_parked_and_a_series_whose_pairs_all_are_is_passed_by() 
         state = evaluate(rules, buffer, float(t), state, in_place=True).state
     parking = state.parking
     assert parking is not None
-    assert buffer.inbox is not None and len(buffer.inbox) == 0  # the rows read are dropped: a tick's at most
     series = buffer.get(key)
     assert series is not None
     assert parking.settled[series.slot]  # both pairs parked: the tick passes the series by
@@ -294,3 +294,59 @@ def test_a_parked_window_against_its_baseline_takes_in_the_values_it_notes() -> 
     feed = [(float(t), v) for t, v in enumerate([2.0] * 5 + [3.0] * 4 + [1.4] * 2)]
     parked, stepped = chains(RuleSet([fall]), feed, SeriesKey("acc", (("run", "a"),)))
     assert parked == stepped == [("fall", "firing", 10.0)]
+
+
+def test_the_inbox_keeps_about_two_ticks_of_rows() -> None:
+    """Thousands of ticks of one series: the inbox is cleared as it fills (its chain has read the rows), and the chain
+    goes on parked, its alert seen at once."""
+    rules = RuleSet([rule("{name: big, metric: acc, condition: '> 8'}")])
+    key = SeriesKey("acc", (("run", "a"),))
+    buffer, state, most = SeriesBuffer(), EvalState(), 0
+    for t in range(2 * KEPT_ROWS + 10):
+        buffer.append([Sample(key, float(t), t, 1.0)], float(t))
+        state = evaluate(rules, buffer, float(t), state, in_place=True).state
+        assert buffer.inbox is not None
+        most = max(most, len(buffer.inbox))
+    assert most == KEPT_ROWS + 1
+    assert state.parking is not None and state.parking.cols[0].count == 1
+    t = 2 * KEPT_ROWS + 10
+    buffer.append([Sample(key, float(t), t, 9.0)], float(t))
+    ev = evaluate(rules, buffer, float(t), state, in_place=True)
+    assert [(x.rule, x.state.value) for x in ev.transitions] == [("big", "firing")]
+
+
+def test_a_pair_firing_after_its_run_ended_is_not_parked() -> None:
+    """The run ended at 2 s; a NaN at 3 s fires again; a NaN back at -3 s, before the end, resolves it at the end, as
+    in a chain that steps every pair (a firing pair of an ended run is never steady)."""
+    rules = RuleSet([rule("{name: nf, metric: loss, condition: nonfinite}")])
+    key, done = SeriesKey("loss", (("run", "b"),)), SeriesKey("run.finished", (("run", "b"),))
+    feed = [[Sample(done, 2.0, None, 1.0)], [Sample(key, 3.0, 1, math.nan)], [Sample(key, -3.0, 2, math.nan)]]
+    seen = []
+    for park in (True, False):
+        buffer, state, out = SeriesBuffer(), EvalState(), []
+        for t, batch in zip((2.0, 3.0, 4.0), feed, strict=True):
+            buffer.append(batch, t)
+            ev = evaluate(rules, buffer, t, state, in_place=True, park=park)
+            state = ev.state
+            out += [(x.rule, x.state.value, x.time) for x in ev.transitions]
+        seen.append(out)
+    assert seen[0] == seen[1] == [("nf", "firing", 3.0), ("nf", "resolved", 2.0)]
+
+
+def test_a_parked_trend_whose_sample_before_an_append_was_evicted_compares_with_nothing() -> None:
+    """Two samples in one append, 41 s after the one before, which the age limit (40 s) then evicts: the first of
+    the two has nothing before it (no fall from 5 to 1), the second falls from 1 to 0: one in a row, no alert."""
+    rules = RuleSet([rule("{name: down, metric: acc, condition: {decreasing: {min_delta: 0.5}}, consecutive: 2}")])
+    key = SeriesKey("acc", (("run", "a"),))
+    both = [Sample(key, 42.0, 2, 1.0), Sample(key, 42.0, 3, 0.0)]
+    feed = [(1.0, [Sample(key, 1.0, 1, 5.0)]), (6.0, []), (42.0, both)]
+    seen = []
+    for park in (True, False):
+        buffer, state, out = SeriesBuffer(BufferLimits(max_age=40.0)), EvalState(), []
+        for t, batch in feed:
+            buffer.append(batch, t)
+            ev = evaluate(rules, buffer, t, state, in_place=True, park=park)
+            state = ev.state
+            out += [(x.rule, x.state.value, x.time) for x in ev.transitions]
+        seen.append(out)
+    assert seen[0] == seen[1] == []

@@ -453,7 +453,8 @@ class _Run:
         if parking is None or col < 0 or tr.generation != series.generation or tr.position != series.end:
             return
         due = self.timers.get(pair)
-        if not parking.cols[col].steady(tr, due, self._finished_at(rule, series.key) if due is not None else None):
+        asked = due is not None or tr.state is AlertState.FIRING
+        if not parking.cols[col].steady(tr, due, self._finished_at(rule, series.key) if asked else None):
             return
         watch = self.ruleset.watch(series)
         if parking.park(col, series, pair, tr, len(watch.pairs) if not watch.others else -1) and due is not None:
@@ -834,7 +835,6 @@ def evaluate(
     if parking is not None:
         parking.flush()
         parking.version = buffer.version
-        parking.inbox.consumed(buffer.version)  # (its rows read: the inbox holds a tick's at most)
         if type(tracks) is dict:  # (pairs are parked only on tracks handed over)
             tracks = ParkedTracks(tracks, parking)
         if parking.absences and type(timers) is dict:

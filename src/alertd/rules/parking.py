@@ -133,9 +133,10 @@ class Column:
 
     def steady(self, tr: Track, due: float | None, finished: float | None) -> bool:
         """Whether a pair `_Run.track` just stepped may be parked (`_Run._park_stepped`), its timer `due` (if any) and
-        when its run ended (`finished`, asked where it has a timer): with no time-based change to come (`prepare`
-        tells the rest)."""
-        return due is None
+        when its run ended (`finished`, asked where it has a timer or fires): with no time-based change to come, and,
+        firing, its run not ended (a sample from before the end resolves it, as `_Run.quiet_ticks` sees); `prepare`
+        tells the rest."""
+        return due is None and (finished is None or tr.state is not AlertState.FIRING)
 
     def unparked(self, slot: int, pair: PairKey) -> None:
         """`pair`, parked at `slot`, is handed back."""
