@@ -123,7 +123,7 @@ def test_quiet_pairs_are_parked_and_a_series_whose_pairs_all_are_is_passed_by() 
     state = EvalState()
     for t in range(5):
         buffer.append([Sample(key, float(t), t, 5.0)], float(t))
-        state = evaluate(rules, buffer, float(t), state, in_place=True).state
+        state = evaluate(rules, buffer, float(t), state, in_place=True, park=True).state
     parking = state.parking
     assert parking is not None
     series = buffer.get(key)
@@ -133,11 +133,11 @@ def test_quiet_pairs_are_parked_and_a_series_whose_pairs_all_are_is_passed_by() 
     assert state.take_parked() == {("big", key), ("nf", key)}  # ... but a save is told
     assert state.tracks[("big", key)].position == 5 and state.tracks[("big", key)].time == 4.0  # settled as read
     buffer.append([Sample(key, 5.0, 5, 9.5)], 5.0)
-    ev = evaluate(rules, buffer, 5.0, state, in_place=True)
+    ev = evaluate(rules, buffer, 5.0, state, in_place=True, park=True)
     assert [(x.rule, x.state.value, x.value) for x in ev.transitions] == [("big", "firing", 9.5)]
     assert parking.settled[series.slot] and parking.cols[0].firing[series.slot]  # firing, parked at once
     buffer.append([Sample(key, 6.0, 6, math.nan)], 6.0)
-    ev = evaluate(rules, buffer, 6.0, ev.state, in_place=True)
+    ev = evaluate(rules, buffer, 6.0, ev.state, in_place=True, park=True)
     assert sorted((x.rule, x.state.value) for x in ev.transitions) == [("big", "resolved"), ("nf", "firing")]
 
 
@@ -222,11 +222,11 @@ def test_a_steadily_firing_pair_is_parked_its_alert_read_as_it_stands() -> None:
     buffer, state = SeriesBuffer(), EvalState()
     for t in range(6):
         buffer.append([Sample(key, float(t), t, 9.0 + t)], float(t))
-        state = evaluate(rules, buffer, float(t), state, in_place=True).state
+        state = evaluate(rules, buffer, float(t), state, in_place=True, park=True).state
         assert [(a.state.value, a.value, a.step) for a in state.alerts(rules.rules, memo)] == [("firing", 9.0 + t, t)]
     assert state.parking is not None and state.parking.cols[0].count == 1  # parked, firing
     buffer.append([Sample(done, 6.0, None, 1.0)], 6.0)
-    ev = evaluate(rules, buffer, 6.0, state, in_place=True)
+    ev = evaluate(rules, buffer, 6.0, state, in_place=True, park=True)
     assert [(x.rule, x.state.value, x.time, x.value) for x in ev.transitions] == [("big", "resolved", 6.0, 14.0)]
     assert ev.state.alerts(rules.rules, memo) == []
 
@@ -304,14 +304,14 @@ def test_the_inbox_keeps_about_two_ticks_of_rows() -> None:
     buffer, state, most = SeriesBuffer(), EvalState(), 0
     for t in range(2 * KEPT_ROWS + 10):
         buffer.append([Sample(key, float(t), t, 1.0)], float(t))
-        state = evaluate(rules, buffer, float(t), state, in_place=True).state
+        state = evaluate(rules, buffer, float(t), state, in_place=True, park=True).state
         assert buffer.inbox is not None
         most = max(most, len(buffer.inbox))
     assert most == KEPT_ROWS + 1
     assert state.parking is not None and state.parking.cols[0].count == 1
     t = 2 * KEPT_ROWS + 10
     buffer.append([Sample(key, float(t), t, 9.0)], float(t))
-    ev = evaluate(rules, buffer, float(t), state, in_place=True)
+    ev = evaluate(rules, buffer, float(t), state, in_place=True, park=True)
     assert [(x.rule, x.state.value) for x in ev.transitions] == [("big", "firing")]
 
 

@@ -82,7 +82,7 @@ def test_the_service_ticks_and_a_changed_rule_keep_the_store_equal_to_the_state(
     data = build(spec)
     for k, (s, commit) in enumerate(zip(data, itertools.cycle(commits), strict=False)):
         buffer.append([s], s.time)
-        state = evaluate(ruleset, buffer, s.time, state, in_place=True).state
+        state = evaluate(ruleset, buffer, s.time, state, in_place=True, park=True).state
         dirty = None if dirty is None else dirty | state.written
         if k == changed % len(data):
             fps = {**fps, "hi": "changed"}

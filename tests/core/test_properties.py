@@ -79,7 +79,7 @@ def tracks(batches: list[list[Sample]], in_place: bool) -> dict[tuple[str, Serie
     state = EvalState()
     for batch in batches:
         buffer.append(batch)
-        state = evaluate(ruleset, buffer, batch[-1].time, state, in_place=in_place).state
+        state = evaluate(ruleset, buffer, batch[-1].time, state, in_place=in_place, park=True).state
     return {p: tuple(repr(getattr(tr, f)) for f in Track.FIELDS) for p, tr in state.tracks.items()}
 
 
