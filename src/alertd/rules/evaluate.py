@@ -842,7 +842,7 @@ def evaluate(
         if type(tracks) is dict:  # (pairs are parked only on tracks handed over)
             tracks = ParkedTracks(tracks, parking)
         if parking.absences and type(timers) is dict:
-            timers = ParkedTimers(timers, parking)
+            timers = ParkedTimers(timers, parking, run.tracks)
     state = EvalState(
         tracks,
         timers,

@@ -666,25 +666,32 @@ class ParkedTracks(Mapping[PairKey, Track]):
 
 
 class ParkedTimers(Mapping[PairKey, float]):
-    """The timers of a state with parked absences: the evaluation's (`raw`) and the parked pairs'."""
+    """The timers of a state with parked absences: the evaluation's (`raw`) and the parked pairs' (none of which has
+    one in `raw`), each found by its track (`tracks`, the state's, as they are) in a look-up."""
 
-    __slots__ = ("parking", "raw")
+    __slots__ = ("parking", "raw", "tracks")
 
-    def __init__(self, raw: dict[PairKey, float], parking: Parking) -> None:
+    def __init__(self, raw: dict[PairKey, float], parking: Parking, tracks: Mapping[PairKey, Track]) -> None:
         self.raw = raw
         self.parking = parking
-
-    def _all(self) -> dict[PairKey, float]:
-        return {**self.raw, **dict(self.parking.timers())}
+        self.tracks = tracks
 
     def __getitem__(self, pair: PairKey) -> float:
-        return self._all()[pair]
+        due = self.raw.get(pair)
+        if due is not None:
+            return due
+        tr = self.tracks.get(pair)
+        if tr is not None and isinstance(tr.park, AbsentColumn) and tr.park.owner is self.parking:
+            return float(tr.park.dues[tr.slot])
+        raise KeyError(pair)
 
     def __iter__(self) -> Iterator[PairKey]:
-        return iter(self._all())
+        yield from self.raw
+        for pair, _ in self.parking.timers():
+            yield pair
 
     def __len__(self) -> int:
-        return len(self._all())
+        return len(self.raw) + sum(col.count for col in self.parking.absences)
 
 
 def raw_timers(timers: Mapping[PairKey, float]) -> Mapping[PairKey, float]:
