@@ -258,7 +258,7 @@ class RuleSet:
                 kept.clear()
             rules = self.for_series(series.key)
             pairs = tuple(
-                (r, (r.name, series.key), r.condition.check, r.absent, r.consecutive, self._column.get(r.name, -1))
+                (r, (r.name, series.key), r.condition.check, r.absent, r.consecutive, self.column(r.name))
                 for r in rules
                 if r.expr is None and r.peers is None
             )
@@ -457,8 +457,14 @@ class _Run:
         if not parking.cols[col].steady(tr, due, self._finished_at(rule, series.key) if asked else None):
             return
         watch = self.ruleset.watch(series)
-        if parking.park(col, series, pair, tr, len(watch.pairs) if not watch.others else -1) and due is not None:
-            del self._timers_w()[pair]  # the parking's now (`AbsentColumn`)
+        self._park(parking, col, series, pair, tr, len(watch.pairs) if not watch.others else -1, due)
+
+    def _park(
+        self, parking: Parking, col: int, series: Series, pair: PairKey, tr: Track, pairs: int, due: float | None
+    ) -> None:
+        """`Parking.park`; a timer the pair had (`due`, an absence's) is the parking's once it is parked."""
+        if parking.park(col, series, pair, tr, pairs) and due is not None:
+            del self._timers_w()[pair]
 
     def quiet_ticks(  # noqa: C901 (one loop over the tick's series and their pairs: the service's hot path)
         self, changed: Iterable[Series], now: float
@@ -549,9 +555,8 @@ class _Run:
                 note(pair)
                 if due is not None or rule.name in timed:
                     self._retime(pair, due)
-                parked = col >= 0 and parking is not None and tr is old
-                if parked and parking.park(col, series, pair, tr, parks) and due is not None:  # type: ignore[union-attr]
-                    del self._timers_w()[pair]  # the parking's now (`AbsentColumn`)
+                if col >= 0 and parking is not None and tr is old:
+                    self._park(parking, col, series, pair, tr, parks, due)
             if rest:
                 yield series, rest
 
