@@ -233,30 +233,10 @@ def append_cost(history: int) -> tuple[float, float]:
     return statistics.median(took[0]) * 1000, statistics.median(took[1]) * 1000
 
 
-def cycle_cost(history: int) -> tuple[float, float]:
-    """Milliseconds (median of 15): what the service pays for a tick's samples, the append and the tick, as it
-    evaluates (its buffer's inbox open, its pairs parked) and with every pair stepped (no inbox), in turns, each on
-    its own buffer."""
-    ruleset = classic_rules()
-    chains = []
-    for park in (True, False):
-        series, buf = filled(history)
-        chains.append((park, buf, [evaluate(ruleset, buf, float(history - 1)).state], []))
-    HeapFreezer().started(True, 2 * len(chains[0][1]))
-    for t in range(history, history + 15):
-        batch = [Sample(k, float(t), t, value(k.metric, t)) for k in series]
-        for park, buf, state, took in chains if t % 2 else reversed(chains):
-            start = time.perf_counter()
-            buf.append(batch)
-            state[0] = evaluate(ruleset, buf, float(t), state[0], in_place=True, park=park).state
-            took.append(time.perf_counter() - start)
-    gc.unfreeze()
-    return statistics.median(chains[0][3]) * 1000, statistics.median(chains[1][3]) * 1000
-
-
-def several_cost(history: int, per: int) -> tuple[float, float]:
-    """Milliseconds (median of 15 ticks): the tick with `per` new samples per series (a source that reads a few steps
-    at a time), as the service evaluates and with every pair stepped, in turns, each on its own buffer."""
+def paired_cost(history: int, per: int = 1, append: bool = True) -> tuple[float, float]:
+    """Milliseconds (median of 15 ticks of `per` new samples per series), as the service evaluates (its buffer's inbox
+    open, its pairs parked) and with every pair stepped (no inbox), in turns, each on its own buffer: the append and
+    the tick together (`append`), or the tick alone."""
     ruleset = classic_rules()
     chains = []
     for park in (True, False):
@@ -267,8 +247,10 @@ def several_cost(history: int, per: int) -> tuple[float, float]:
     for tick in range(15):
         batch = [Sample(k, float(t), t, value(k.metric, t)) for t in range(t0, t0 + per) for k in series]
         for park, buf, state, took in chains if tick % 2 else reversed(chains):
-            buf.append(batch)
             start = time.perf_counter()
+            buf.append(batch)
+            if not append:
+                start = time.perf_counter()
             state[0] = evaluate(ruleset, buf, float(t0 + per - 1), state[0], in_place=True, park=park).state
             took.append(time.perf_counter() - start)
         t0 += per
@@ -327,14 +309,14 @@ def main() -> None:
             f"buffer append of a tick's samples: {appended:.1f} ms for 10000 series x 1 sample ({history} samples of "
             f"history); a plain loop appending them to each series' arrays {loop:.1f} ms ({appended / loop:.1f}x)"
         )
-        parked, stepped = cycle_cost(history)
+        parked, stepped = paired_cost(history)
         print(
             f"append and tick together, 10000 series x 10 rules ({history} samples of history): {parked:.1f} ms as the "
             f"service evaluates (its inbox written, pairs parked); every pair stepped, no inbox: {stepped:.1f} ms "
             f"({stepped / parked:.1f}x)"
         )
         if history == 100:
-            parked, stepped = several_cost(history, 3)
+            parked, stepped = paired_cost(history, 3, append=False)
             print(
                 f"evaluation tick, 3 new samples per series (30000 samples; the 2,000 rising pairs fire or resolve at "
                 f"every tick): {parked:.1f} ms as the service evaluates; every pair stepped: {stepped:.1f} ms "
